@@ -1,0 +1,1 @@
+"""Corral: a serverless control plane for elastic GPU training clusters."""

@@ -1,0 +1,64 @@
+"""Offerings: the unit the planner buys, and the memory of offerings the cloud refused.
+
+An *offering* is one (instance type, location, capacity type) a pool may launch. The location
+is an AWS subnet (which pins an availability zone) or a GCP zone. Capacity errors are about
+offerings, not pools: when ``p4d.24xlarge`` spot in ``us-east-1a`` has no capacity, on-demand
+in the same zone, or spot in another zone, may still launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class CapacityType(StrEnum):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+
+
+@dataclass(frozen=True, slots=True)
+class Offering:
+    """One thing a pool can launch, with the figures the planner ranks it by."""
+
+    instance_type: str
+    location: str  # AWS subnet id (or AZ when no subnet is set); GCP zone
+    capacity_type: CapacityType
+    slots: int  # GPUs per instance (slots a trial can use)
+    hourly_price: float  # USD per instance-hour, for planning and cost accounting
+
+    @property
+    def key(self) -> str:
+        """Stable identifier used in records, events and the capacity memory."""
+        return f"{self.instance_type}|{self.location}|{self.capacity_type.value}"
+
+    @property
+    def price_per_slot_hour(self) -> float:
+        return self.hourly_price / max(self.slots, 1)
+
+    @property
+    def is_spot(self) -> bool:
+        return self.capacity_type is CapacityType.SPOT
+
+
+@dataclass(slots=True)
+class CapacityMemory:
+    """Offerings the cloud recently refused, remembered until a deadline (clock seconds).
+
+    Karpenter keeps such a memory for 3 minutes; we default to the same. The memory is a plain
+    value so services can load it from and save it to the store.
+    """
+
+    unavailable_until: dict[str, float] = field(default_factory=dict)
+
+    def mark_unavailable(self, offering_key: str, now: float, ttl_s: float = 180.0) -> None:
+        self.unavailable_until[offering_key] = max(
+            self.unavailable_until.get(offering_key, 0.0), now + ttl_s
+        )
+
+    def is_available(self, offering_key: str, now: float) -> bool:
+        return self.unavailable_until.get(offering_key, 0.0) <= now
+
+    def prune(self, now: float) -> None:
+        for key in [k for k, until in self.unavailable_until.items() if until <= now]:
+            del self.unavailable_until[key]

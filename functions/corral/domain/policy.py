@@ -1,0 +1,72 @@
+"""What the domain needs to know about a pool, as a Protocol.
+
+The pydantic ``ResourcePool`` of the cluster config satisfies it structurally; tests and the
+simulator can use ``StaticPool``. The domain never branches on the cloud: everything cloud
+specific stays in the config and the providers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from corral.domain.offerings import Offering
+
+
+class PoolPolicy(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def min_instances(self) -> int: ...
+
+    @property
+    def max_instances(self) -> int: ...
+
+    @property
+    def max_idle_s(self) -> float:
+        """max_idle_agent_period: the longest an idle agent may live."""
+        ...
+
+    @property
+    def starting_deadline_s(self) -> float:
+        """max_agent_starting_period: launch to registration."""
+        ...
+
+    @property
+    def launch_error_retries(self) -> int: ...
+
+    @property
+    def capacity_memory_s(self) -> float:
+        """How long an offering the cloud refused is skipped."""
+        ...
+
+    @property
+    def monthly_budget_usd(self) -> float | None: ...
+
+    @property
+    def on_demand_fallback(self) -> bool: ...
+
+    def offerings(self) -> list[Offering]:
+        """Every offering the pool may launch (spot ones first when the pool uses spot)."""
+        ...
+
+
+@dataclass(frozen=True)
+class StaticPool:
+    """A plain PoolPolicy for tests and the simulator."""
+
+    name: str
+    offering_list: tuple[Offering, ...]
+    min_instances: int = 0
+    max_instances: int = 5
+    max_idle_s: float = 300.0
+    starting_deadline_s: float = 1200.0
+    launch_error_retries: int = 3
+    capacity_memory_s: float = 180.0
+    monthly_budget_usd: float | None = None
+    on_demand_fallback: bool = True
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def offerings(self) -> list[Offering]:
+        return list(self.offering_list)

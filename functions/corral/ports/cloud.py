@@ -1,0 +1,96 @@
+"""The CloudProvider port: launch, list what we own, terminate, manage spot requests.
+
+Contract (held by the simulated cloud and the EC2 / Compute Engine providers):
+- ``launch`` carries a deterministic idempotency token; the same token never yields a second
+  instance. Every instance and spot request it creates carries the ownership pair, the pool
+  and the record id. It raises ``LaunchError`` with a classified error.
+- ``list_owned`` returns only resources carrying the ownership pair; nothing else is ever
+  described, tagged or terminated. ``terminate`` and ``cancel_spot_requests`` silently skip
+  ids that are not ours or already gone (both are idempotent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from corral.domain.offerings import Offering
+
+
+class CloudState(StrEnum):
+    """Provider-neutral instance lifecycle."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    TERMINATING = "terminating"  # shutting-down (EC2), STOPPING for deletion (GCE)
+    TERMINATED = "terminated"
+
+    @property
+    def is_gone(self) -> bool:
+        return self in (CloudState.TERMINATING, CloudState.TERMINATED)
+
+
+class SpotRequestState(StrEnum):
+    OPEN = "open"
+    ACTIVE = "active"  # fulfilled: an instance exists
+    CLOSED = "closed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    record_id: str
+    pool: str
+    offering: Offering
+    token: str  # deterministic per (record, attempt): EC2 ClientToken, GCE requestId
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchResult:
+    """What the cloud gave back: an instance at once, or an open spot request to watch."""
+
+    cloud_id: str | None
+    spot_request_id: str | None = None
+    launched_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CloudInstance:
+    cloud_id: str
+    pool: str
+    record_id: str | None  # from our record tag; None if someone stripped it
+    instance_type: str
+    location: str
+    is_spot: bool
+    state: CloudState
+    launched_at: float
+    spot_request_id: str | None = None
+    private_ip: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpotRequest:
+    request_id: str
+    pool: str
+    record_id: str | None
+    state: SpotRequestState
+    status_code: str  # the cloud's status, e.g. capacity-not-available, price-too-low
+    created_at: float
+    instance_id: str | None = None
+
+
+class CloudProvider(Protocol):
+    def launch(self, request: LaunchRequest) -> LaunchResult: ...
+
+    def list_owned(self) -> list[CloudInstance]: ...
+
+    def list_spot_requests(self) -> list[SpotRequest]: ...
+
+    def terminate(self, cloud_ids: Sequence[str]) -> None: ...
+
+    def cancel_spot_requests(self, request_ids: Sequence[str]) -> None: ...

@@ -1,0 +1,72 @@
+"""The Store port: versioned records, all-or-nothing commits, and unversioned observations.
+
+Contract (held by every adapter, checked by tests/contract):
+- Every record carries ``version``. ``commit`` writes each record only if the stored version
+  equals the record's ``version`` (0 means: must not exist yet), stores it with version + 1,
+  and returns the stored copies. Either every write in one commit lands or none does
+  (``ConflictError``).
+- Heartbeats, events and log lines are appended or overwritten without touching versions.
+- Reads return what the last successful commit wrote (read-your-writes in one process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Protocol
+
+from corral.domain.instance import Instance, InstanceState
+from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
+from corral.domain.trial import Trial, TrialState
+
+Record = Instance | Trial | Experiment | PoolState
+
+
+class Store(Protocol):
+    # ---- versioned records ----------------------------------------------------------
+    def commit(self, records: Sequence[Record]) -> list[Record]:
+        """Conditionally write all records at once; raise ConflictError if any is stale."""
+        ...
+
+    def get_instance(self, instance_id: str) -> Instance | None: ...
+
+    def instances(
+        self,
+        *,
+        pool: str | None = None,
+        states: Collection[InstanceState] | None = None,
+    ) -> list[Instance]: ...
+
+    def instance_by_cloud_id(self, cloud_id: str) -> Instance | None: ...
+
+    def get_trial(self, trial_id: str) -> Trial | None: ...
+
+    def trials(
+        self,
+        *,
+        states: Collection[TrialState] | None = None,
+        experiment_id: str | None = None,
+        pool: str | None = None,
+    ) -> list[Trial]: ...
+
+    def get_experiment(self, experiment_id: str) -> Experiment | None: ...
+
+    def experiments(self, *, limit: int = 100) -> list[Experiment]: ...
+
+    def pool_state(self, pool: str) -> PoolState:
+        """The stored state, or a fresh ``PoolState(pool)`` with version 0."""
+        ...
+
+    # ---- observations (no versions) -------------------------------------------------
+    def put_heartbeat(self, heartbeat: Heartbeat) -> None: ...
+
+    def heartbeats(self, instance_ids: Collection[str]) -> dict[str, Heartbeat]: ...
+
+    def append_events(self, events: Sequence[Event]) -> None: ...
+
+    def events(
+        self, *, since: float = 0.0, limit: int = 200, pool: str | None = None
+    ) -> list[Event]: ...
+
+    def append_logs(self, lines: Sequence[LogLine]) -> None: ...
+
+    def logs(self, trial_id: str, *, after_seq: int = -1, limit: int = 1000) -> list[LogLine]: ...
