@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from corral.domain.offerings import Offering
@@ -23,54 +23,54 @@ class InstanceState(StrEnum):
     ALLOCATION_FAILED = "ALLOCATION_FAILED"
 
 
-I = InstanceState
+IS = InstanceState
 _GONE = "the cloud says the instance is gone (terminated, interrupted or never existed)"
 
 INSTANCE_MACHINE: TransitionTable[InstanceState] = TransitionTable.build(
     "instance",
     InstanceState,
     {
-        (I.QUEUED, I.REQUESTED): "scale_up wrote its intent and is about to call the cloud",
-        (I.QUEUED, I.CANCELLED): "the demand vanished before the launch was attempted",
-        (I.REQUESTED, I.ALLOCATED): "the cloud returned an instance for our token",
-        (I.REQUESTED, I.QUEUED): "the attempt failed or timed out; retry with a new token",
-        (I.REQUESTED, I.ALLOCATION_FAILED): "invalid launch config, or attempts exhausted",
-        (I.REQUESTED, I.CANCELLED): "an open spot request was cancelled before it was filled",
-        (I.REQUESTED, I.TERMINATED): _GONE,
-        (I.ALLOCATED, I.IDLE): "the agent proved its identity and registered its GPUs",
-        (I.ALLOCATED, I.TERMINATING): "never registered within max_agent_starting_period",
-        (I.ALLOCATED, I.TERMINATED): _GONE,
-        (I.IDLE, I.BUSY): "a trial was assigned to the agent",
-        (I.IDLE, I.DRAINING): "idle past max_idle_agent_period, or an interruption notice",
-        (I.IDLE, I.LOST): "heartbeats stopped",
-        (I.IDLE, I.TERMINATED): _GONE,
-        (I.BUSY, I.IDLE): "the agent's last trial finished or was moved away",
-        (I.BUSY, I.DRAINING): "an interruption notice: finish or checkpoint, take no new work",
-        (I.BUSY, I.LOST): "heartbeats stopped",
-        (I.BUSY, I.TERMINATED): _GONE,
-        (I.DRAINING, I.IDLE): "demand came back before the drained agent was terminated",
-        (I.DRAINING, I.TERMINATING): "confirmed empty; terminate",
-        (I.DRAINING, I.LOST): "heartbeats stopped while draining",
-        (I.DRAINING, I.TERMINATED): _GONE,
-        (I.LOST, I.IDLE): "the agent reconnected within the grace period (no trials left)",
-        (I.LOST, I.TERMINATING): "the agent did not come back within the grace period",
-        (I.LOST, I.TERMINATED): _GONE,
-        (I.TERMINATING, I.TERMINATED): "the cloud confirmed the termination",
+        (IS.QUEUED, IS.REQUESTED): "scale_up wrote its intent and is about to call the cloud",
+        (IS.QUEUED, IS.CANCELLED): "the demand vanished before the launch was attempted",
+        (IS.REQUESTED, IS.ALLOCATED): "the cloud returned an instance for our token",
+        (IS.REQUESTED, IS.QUEUED): "the attempt failed or timed out; retry with a new token",
+        (IS.REQUESTED, IS.ALLOCATION_FAILED): "invalid launch config, or attempts exhausted",
+        (IS.REQUESTED, IS.CANCELLED): "an open spot request was cancelled before it was filled",
+        (IS.REQUESTED, IS.TERMINATED): _GONE,
+        (IS.ALLOCATED, IS.IDLE): "the agent proved its identity and registered its GPUs",
+        (IS.ALLOCATED, IS.TERMINATING): "never registered within max_agent_starting_period",
+        (IS.ALLOCATED, IS.TERMINATED): _GONE,
+        (IS.IDLE, IS.BUSY): "a trial was assigned to the agent",
+        (IS.IDLE, IS.DRAINING): "idle past max_idle_agent_period, or an interruption notice",
+        (IS.IDLE, IS.LOST): "heartbeats stopped",
+        (IS.IDLE, IS.TERMINATED): _GONE,
+        (IS.BUSY, IS.IDLE): "the agent's last trial finished or was moved away",
+        (IS.BUSY, IS.DRAINING): "an interruption notice: finish or checkpoint, take no new work",
+        (IS.BUSY, IS.LOST): "heartbeats stopped",
+        (IS.BUSY, IS.TERMINATED): _GONE,
+        (IS.DRAINING, IS.IDLE): "demand came back before the drained agent was terminated",
+        (IS.DRAINING, IS.TERMINATING): "confirmed empty; terminate",
+        (IS.DRAINING, IS.LOST): "heartbeats stopped while draining",
+        (IS.DRAINING, IS.TERMINATED): _GONE,
+        (IS.LOST, IS.IDLE): "the agent reconnected within the grace period (no trials left)",
+        (IS.LOST, IS.TERMINATING): "the agent did not come back within the grace period",
+        (IS.LOST, IS.TERMINATED): _GONE,
+        (IS.TERMINATING, IS.TERMINATED): "the cloud confirmed the termination",
     },
 )
 
 # Derived from the table, never listed by hand.
-HOLDS_CLOUD_INSTANCE = INSTANCE_MACHINE.sources(I.TERMINATED)
+HOLDS_CLOUD_INSTANCE = INSTANCE_MACHINE.sources(IS.TERMINATED)
 LIVE_STATES = frozenset(INSTANCE_MACHINE.states) - INSTANCE_MACHINE.terminal
 # States where the instance is on its way but not yet usable: reachable from QUEUED before
 # the first registration, and still able to register. The planner counts them as capacity
 # on its way, or the same demand is launched twice.
 STARTING_STATES = frozenset(
     s
-    for s in INSTANCE_MACHINE.reachable(I.QUEUED, avoiding=frozenset({I.IDLE}))
-    if I.IDLE in INSTANCE_MACHINE.reachable(s)
+    for s in INSTANCE_MACHINE.reachable(IS.QUEUED, avoiding=frozenset({IS.IDLE}))
+    if IS.IDLE in INSTANCE_MACHINE.reachable(s)
 )
-SCHEDULABLE_STATES = frozenset({I.IDLE, I.BUSY})
+SCHEDULABLE_STATES = frozenset({IS.IDLE, IS.BUSY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,11 @@ class Instance:
     idle_since: float | None = None
     # trial id -> GPU indices on this agent. A zero-slot trial holds an empty tuple.
     allocations: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # Demand this instance was launched for: (trial id, GPUs) pairs. The planner counts the
+    # GPUs as taken while those trials still wait, so planning twice never launches twice.
+    planned_for: tuple[tuple[str, int], ...] = ()
     last_error: str | None = None
+    address: str | None = None  # the agent's private IP (rendezvous for multi-agent trials)
     interruption_notice_at: float | None = None
 
     # ---- derived views -------------------------------------------------------------
@@ -147,11 +151,11 @@ class Instance:
     def transition(self, target: InstanceState, at: float, reason: str) -> Instance:
         INSTANCE_MACHINE.check(self.state, target)
         changes: dict[str, object] = {}
-        if target is I.IDLE:
+        if target is IS.IDLE:
             changes["idle_since"] = at
-        elif target is I.BUSY:
+        elif target is IS.BUSY:
             changes["idle_since"] = None
-        if target is I.TERMINATED:
+        if target is IS.TERMINATED:
             changes["terminated_at"] = at
         return replace(
             self,
@@ -180,7 +184,7 @@ def new_instance(
         id=instance_id,
         pool=pool,
         offering=offering,
-        state=I.QUEUED,
+        state=IS.QUEUED,
         created_at=now,
-        history=(HistoryEntry(I.QUEUED.value, now, reason),),
+        history=(HistoryEntry(IS.QUEUED.value, now, reason),),
     )

@@ -56,6 +56,12 @@ class CapacityMemory:
             self.unavailable_until.get(offering_key, 0.0), now + ttl_s
         )
 
+    def marked_unavailable(self, offering_key: str, now: float, ttl_s: float) -> CapacityMemory:
+        """A new memory with one more refused offering (the receiver is left unchanged)."""
+        copy = CapacityMemory(dict(self.unavailable_until))
+        copy.mark_unavailable(offering_key, now, ttl_s)
+        return copy
+
     def is_available(self, offering_key: str, now: float) -> bool:
         return self.unavailable_until.get(offering_key, 0.0) <= now
 

@@ -53,12 +53,17 @@ class PoolState:
     boot_failures: int = 0
     breaker_open_since: float | None = None
     breaker_reason: str | None = None
+    # Spend of instances already terminated this month (UTC), so the budget gate never has
+    # to read terminal records back: month-to-date = this + live instances' cost this month.
+    spend_month_start: float = 0.0
+    closed_spend_usd: float = 0.0
 
 
 class EventKind(StrEnum):
     LAUNCH_PLANNED = "launch_planned"
     LAUNCH_REQUESTED = "launch_requested"
     LAUNCH_FAILED = "launch_failed"
+    LAUNCH_CANCELLED = "launch_cancelled"
     OFFERING_UNAVAILABLE = "offering_unavailable"
     POOL_BACKOFF = "pool_backoff"
     BREAKER_OPEN = "breaker_open"

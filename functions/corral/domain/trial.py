@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 from enum import StrEnum
+from typing import Any
 
 from corral.domain.state_machine import HistoryEntry, TransitionTable, append_history
 
@@ -88,6 +88,8 @@ class Trial:
     cost_usd: float = 0.0
     gpu_seconds: float = 0.0
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    # Every agent the trial was ever placed on (logs and costs refer back to them).
+    ran_on: tuple[str, ...] = ()
 
     @property
     def is_active(self) -> bool:
@@ -113,7 +115,8 @@ class Trial:
         if placement.slots != self.slots:
             raise ValueError(f"placement has {placement.slots} GPUs, trial needs {self.slots}")
         moved = self.transition(T.ASSIGNED, at, f"placed on {', '.join(placement.instance_ids)}")
-        return replace(moved, placement=placement)
+        seen = dict.fromkeys((*self.ran_on, *placement.instance_ids))
+        return replace(moved, placement=placement, ran_on=tuple(seen))
 
 
 def sort_key(trial: Trial) -> tuple[int, float, str]:
@@ -129,6 +132,7 @@ def new_trial(
     now: float,
     priority: int = 42,
     max_restarts: int = 5,
+    hyperparameters: dict[str, Any] | None = None,
 ) -> Trial:
     return Trial(
         id=trial_id,
@@ -139,5 +143,6 @@ def new_trial(
         submitted_at=now,
         priority=priority,
         max_restarts=max_restarts,
+        hyperparameters=dict(hyperparameters or {}),
         history=(HistoryEntry(T.PENDING.value, now, "submitted"),),
     )

@@ -1,0 +1,138 @@
+"""``corral config ...``: check config files before they reach a cluster.
+
+Output contract (tested): a valid file prints ``ok`` then one summary line per pool (or job)
+on stdout and exits 0; warnings go to stderr as ``warning: ...``. An invalid file prints one
+``path: reason`` line per problem on stderr and exits 2; a problem with the file as a whole
+(missing, unreadable, YAML syntax) is printed as ``FILE: reason``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from corral.domain.config import (
+    ClusterConfig,
+    CommandConfig,
+    ConfigError,
+    ExperimentConfig,
+    ResourcePool,
+    cluster_config_from_mapping,
+    expand_trials,
+    format_duration,
+    parse_yaml,
+    read_source,
+    validate,
+)
+
+EXIT_INVALID = 2
+EXIT_INTERNAL = 1
+
+app = typer.Typer(help="Validate and inspect config files.", no_args_is_help=True)
+
+
+class Kind(StrEnum):
+    AUTO = "auto"
+    CLUSTER = "cluster"
+    EXPERIMENT = "experiment"
+    COMMAND = "command"
+
+
+def guess_kind(data: dict[str, Any]) -> Kind:
+    """Cluster unless the file looks like a job: a searcher or hyperparameters make it an
+    experiment, an entrypoint alone (or only job fields) a command."""
+    if {"resource_pools", "provisioner", "provider"} & data.keys():
+        return Kind.CLUSTER
+    if {"searcher", "hyperparameters"} & data.keys():
+        return Kind.EXPERIMENT
+    if "entrypoint" in data:
+        return Kind.EXPERIMENT
+    if {"bind_mounts", "environment", "resources", "image"} & data.keys():
+        return Kind.COMMAND
+    return Kind.CLUSTER
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def pool_summary(pool: ResourcePool) -> str:
+    """``pool default: aws p3.8xlarge x 4 GPUs, 0..5 instances, spot with on-demand fallback,
+    idle 5m``."""
+    types: dict[str, int] = {}
+    for offering in pool.offerings():
+        types.setdefault(offering.instance_type, offering.slots)
+    shapes = ", ".join(f"{name} x {_plural(slots, 'GPU')}" for name, slots in types.items())
+    if not pool.is_spot:
+        capacity = "on-demand"
+    elif pool.on_demand_fallback:
+        capacity = "spot with on-demand fallback"
+    else:
+        capacity = "spot"
+    return (
+        f"pool {pool.name}: {pool.cloud} {shapes}, "
+        f"{pool.min_instances}..{pool.max_instances} instances, {capacity}, "
+        f"idle {format_duration(pool.max_idle_s)}"
+    )
+
+
+def cluster_lines(config: ClusterConfig) -> list[str]:
+    return [pool_summary(p) for p in config.resource_pools]
+
+
+def experiment_lines(config: ExperimentConfig) -> list[str]:
+    trials = len(expand_trials(config))
+    pool = config.resources.resource_pool or "the default pool"
+    return [
+        f"experiment {config.name}: {_plural(trials, 'trial')} ({config.searcher.name} "
+        f"searcher), {_plural(config.resources.slots_per_trial, 'slot')} per trial, "
+        f"priority {config.priority}, on {pool}"
+    ]
+
+
+def command_lines(config: CommandConfig) -> list[str]:
+    image = config.image or "the agent's default image"
+    return [
+        f"command: {_plural(config.resources.slots_per_trial, 'slot')}, {image}, "
+        f"{_plural(len(config.bind_mounts), 'bind mount')}"
+    ]
+
+
+def _check(file: Path, kind: Kind) -> tuple[list[str], list[str]]:
+    """(summary lines, warnings) for a valid file; raises ConfigError otherwise."""
+    data = parse_yaml(read_source(file))
+    if kind is Kind.AUTO:
+        kind = guess_kind(data)
+    if kind is Kind.CLUSTER:
+        loaded = cluster_config_from_mapping(data)
+        return cluster_lines(loaded.config), list(loaded.warnings)
+    if kind is Kind.EXPERIMENT:
+        return experiment_lines(validate(ExperimentConfig, data)), []
+    return command_lines(validate(CommandConfig, data)), []
+
+
+@app.command("validate")
+def validate_cmd(
+    file: Annotated[Path, typer.Argument(help="The YAML file to check.")],
+    kind: Annotated[
+        Kind, typer.Option("--kind", "-k", help="What the file is; auto guesses from its keys.")
+    ] = Kind.AUTO,
+) -> None:
+    """Check a cluster, experiment or command config: print ok, or every problem (exit 2)."""
+    try:
+        lines, warnings = _check(file, kind)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            typer.echo(f"{problem.path or file}: {problem.reason}", err=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    except Exception as exc:  # a bug in Corral: still one line, never a traceback
+        typer.echo(f"{file}: internal error: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(EXIT_INTERNAL) from None
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    typer.echo("ok")
+    for line in lines:
+        typer.echo(line)

@@ -1,0 +1,30 @@
+"""Root of the ``corral`` command: sub-apps are registered here, one module each.
+
+Add a sub-app with ``app.add_typer(<module>.app, name="<group>")``; keep commands thin and put
+logic in the domain or services.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from corral.cli import config_cmd
+
+app = typer.Typer(
+    name="corral",
+    help="Corral: serverless control plane for elastic GPU training clusters.",
+    no_args_is_help=True,
+    # Users get one readable line per problem, never a traceback.
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(config_cmd.app, name="config")
+
+
+def main() -> None:
+    """Console-script entry point (``corral = corral.cli.main:main``)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Configuration models: cluster (resource pools), experiments and commands.
+
+Public API: import from ``corral.domain.config``; the submodules are an implementation detail.
+"""
+
+from corral.domain.config.aws import AwsNetworkInterface, AwsProvider, AwsTag
+from corral.domain.config.cluster import ClusterConfig, Provider, ResourcePool
+from corral.domain.config.common import CommonProvider, Ownership
+from corral.domain.config.durations import (
+    Duration,
+    PositiveDuration,
+    format_duration,
+    parse_duration,
+)
+from corral.domain.config.errors import ConfigError, Problem
+from corral.domain.config.experiment import (
+    DEFAULT_PRIORITY,
+    BindMount,
+    CheckpointStorage,
+    CommandConfig,
+    Environment,
+    ExperimentConfig,
+    GcsStorage,
+    Resources,
+    S3Storage,
+    SharedFsStorage,
+    command_job,
+    expand_trials,
+)
+from corral.domain.config.gcp import (
+    GcpInstanceType,
+    GcpNetworkInterface,
+    GcpProvider,
+    GcpServiceAccount,
+    GpuType,
+)
+from corral.domain.config.hyperparameters import (
+    MAX_GRID_TRIALS,
+    CategoricalHP,
+    ConstHP,
+    DoubleHP,
+    Hyperparameter,
+    IntHP,
+    LogHP,
+    SearcherConfig,
+)
+from corral.domain.config.loader import (
+    LoadedConfig,
+    cluster_config_from_mapping,
+    load_cluster_config,
+    load_command_config,
+    load_experiment_config,
+    parse_yaml,
+    read_source,
+    validate,
+)
+
+__all__ = [
+    "DEFAULT_PRIORITY",
+    "MAX_GRID_TRIALS",
+    "AwsNetworkInterface",
+    "AwsProvider",
+    "AwsTag",
+    "BindMount",
+    "CategoricalHP",
+    "CheckpointStorage",
+    "ClusterConfig",
+    "CommandConfig",
+    "CommonProvider",
+    "ConfigError",
+    "ConstHP",
+    "DoubleHP",
+    "Duration",
+    "Environment",
+    "ExperimentConfig",
+    "GcpInstanceType",
+    "GcpNetworkInterface",
+    "GcpProvider",
+    "GcpServiceAccount",
+    "GcsStorage",
+    "GpuType",
+    "Hyperparameter",
+    "IntHP",
+    "LoadedConfig",
+    "LogHP",
+    "Ownership",
+    "PositiveDuration",
+    "Problem",
+    "Provider",
+    "ResourcePool",
+    "Resources",
+    "S3Storage",
+    "SearcherConfig",
+    "SharedFsStorage",
+    "cluster_config_from_mapping",
+    "command_job",
+    "expand_trials",
+    "format_duration",
+    "load_cluster_config",
+    "load_command_config",
+    "load_experiment_config",
+    "parse_duration",
+    "parse_yaml",
+    "read_source",
+    "validate",
+]

@@ -1,0 +1,175 @@
+"""The AWS provider block of a resource pool (`type: aws`), with Determined's field names."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Annotated, Literal, Self
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from corral.domain import catalog
+from corral.domain.config.common import (
+    CommonProvider,
+    FrozenModel,
+    NonEmptyStr,
+    OneOrMany,
+    Ownership,
+    StrList,
+    unique,
+)
+from corral.domain.config.errors import field_error, rule_error
+from corral.domain.offerings import CapacityType, Offering
+
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_AMI = re.compile(r"^ami-[0-9a-f]{8,17}$")
+_INSTANCE_PROFILE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:instance-profile/[\w+=,.@/-]+$")
+
+
+def _prefixed(prefix: str, what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not value.startswith(prefix) or len(value) <= len(prefix):
+            raise field_error(f"must be {what} ({prefix}...), got {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+class AwsNetworkInterface(FrozenModel):
+    public_ip: bool = True
+    # Several subnets (one per availability zone) let the planner move to another zone when
+    # one runs out of capacity; each subnet is a separate offering location.
+    subnet_id: Annotated[
+        tuple[Annotated[str, _prefixed("subnet-", "a subnet id")], ...],
+        OneOrMany,
+        AfterValidator(unique),
+    ] = ()
+    security_group_id: Annotated[str, _prefixed("sg-", "a security group id")] | None = None
+
+
+class AwsTag(FrozenModel):
+    key: NonEmptyStr = Field(max_length=128)
+    value: str = Field(default="", max_length=256)
+
+
+class AwsProvider(CommonProvider):
+    type: Literal["aws"]
+    region: str
+    image_id: str
+    instance_type: Annotated[StrList, Field(min_length=1), AfterValidator(unique)] = (
+        "g4dn.metal",  # Determined's default
+    )
+    instance_slots: int | None = Field(default=None, ge=0)
+    root_volume_size: int = Field(default=200, ge=100)
+    tag_key: NonEmptyStr = Field(default="managed-by", max_length=128)
+    tag_value: NonEmptyStr = Field(default="corral", max_length=256)
+    instance_name: NonEmptyStr = Field(default="corral-agent", max_length=256)
+    ssh_key_name: str | None = None
+    iam_instance_profile_arn: str | None = None
+    network_interface: AwsNetworkInterface = AwsNetworkInterface()
+    spot: bool = False
+    spot_max_price: Decimal | None = Field(default=None, gt=0)
+    custom_tags: tuple[AwsTag, ...] = ()
+    cpu_slots_allowed: bool = False
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if not _REGION.match(value):
+            raise field_error(f"must be an AWS region such as us-east-1, got {value!r}")
+        return value
+
+    @field_validator("image_id")
+    @classmethod
+    def _image_id(cls, value: str) -> str:
+        if not _AMI.match(value):
+            raise field_error(f"must be an AMI id such as ami-0123456789abcdef0, got {value!r}")
+        return value
+
+    @field_validator("tag_key")
+    @classmethod
+    def _tag_key(cls, value: str) -> str:
+        if value.lower().startswith("aws:"):
+            raise field_error("must not start with 'aws:' (reserved by AWS)")
+        return value
+
+    @field_validator("iam_instance_profile_arn")
+    @classmethod
+    def _arn(cls, value: str | None) -> str | None:
+        if value is not None and not _INSTANCE_PROFILE_ARN.match(value):
+            raise field_error(
+                "must be an instance profile ARN such as "
+                "arn:aws:iam::123456789012:instance-profile/corral-agent"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_aws(self) -> Self:
+        if self.spot_max_price is not None and not self.spot:
+            raise rule_error("spot_max_price", "only allowed with spot: true")
+        unknown = [t for t in self.instance_type if catalog.lookup_aws(t) is None]
+        if unknown and self.instance_slots is None:
+            raise rule_error(
+                "instance_slots",
+                f"required because instance type {unknown[0]!r} is not in the catalog "
+                "(set the number of GPUs it has)",
+            )
+        reserved = {self.tag_key, "Name"}
+        for i, tag in enumerate(self.custom_tags):
+            if tag.key.lower().startswith("aws:"):
+                raise rule_error(f"custom_tags[{i}].key", "must not start with 'aws:'")
+            if tag.key in reserved:
+                raise rule_error(
+                    f"custom_tags[{i}].key",
+                    f"{tag.key!r} is set by Corral (ownership tag or instance name)",
+                )
+        return self
+
+    # --- used by the pool and the domain
+    @property
+    def cloud(self) -> str:
+        return "aws"
+
+    @property
+    def ownership(self) -> Ownership:
+        return Ownership(self.tag_key, self.tag_value)
+
+    @property
+    def is_spot(self) -> bool:
+        return self.spot
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        """Subnet ids, or the region itself when the pool uses the default VPC subnets."""
+        return self.network_interface.subnet_id or (self.region,)
+
+    def slots_for(self, instance_type: str) -> int:
+        """Slots (GPUs) one instance offers; the catalog wins over ``instance_slots``.
+
+        ``instance_slots`` only describes types the catalog does not know: with several types
+        in one pool, a single override cannot be right for all of them. A zero-GPU instance
+        offers one CPU slot when ``cpu_slots_allowed`` is set.
+        """
+        entry = catalog.lookup_aws(instance_type)
+        gpus = entry.gpus if entry is not None else (self.instance_slots or 0)
+        if gpus == 0 and self.cpu_slots_allowed:
+            return 1
+        return gpus
+
+    def hourly_price(self, instance_type: str, capacity: CapacityType) -> float:
+        entry = catalog.lookup_aws(instance_type)
+        if entry is None:
+            return 0.0
+        if capacity is CapacityType.SPOT:
+            return entry.spot_usd_per_hour
+        return entry.on_demand_usd_per_hour
+
+    def offerings(self) -> list[Offering]:
+        found = [
+            Offering(t, loc, cap, self.slots_for(t), self.hourly_price(t, cap))
+            for t in self.instance_type
+            for loc in self.locations
+            for cap in self.capacity_types(self.spot)
+        ]
+        # Preference order: all spot offerings first, then on-demand; each in config order.
+        return sorted(found, key=lambda o: 0 if o.is_spot else 1)

@@ -1,0 +1,162 @@
+"""The cluster config: resource pools, each with one cloud provider block.
+
+Domain code reads pool settings through :class:`ResourcePool`'s properties so it never branches
+on the cloud; cloud-specific settings stay on ``pool.provider`` for the adapters.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+
+from corral.domain.config.aws import AwsProvider
+from corral.domain.config.common import FrozenModel, Ownership
+from corral.domain.config.errors import field_error, rule_error
+from corral.domain.config.gcp import LABEL_RULE, GcpProvider
+from corral.domain.offerings import Offering
+
+# Pool names end up in a tag (AWS) or label (GCP) on every instance, and in record keys.
+_POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_GCP_POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+Provider = Annotated[AwsProvider | GcpProvider, Field(discriminator="type")]
+
+
+class ResourcePool(FrozenModel):
+    name: str = Field(validation_alias=AliasChoices("name", "pool_name"))
+    description: str = ""
+    provider: Provider
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _POOL_NAME.match(value):
+            raise field_error(
+                "must be 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_pool(self) -> Self:
+        if self.provider.type == "gcp" and not _GCP_POOL_NAME.match(self.name):
+            raise rule_error(
+                "name", f"must be a valid GCP label value ({LABEL_RULE}): it labels instances"
+            )
+        return self
+
+    # --- cloud-neutral view for the domain
+    @property
+    def cloud(self) -> Literal["aws", "gcp"]:
+        return self.provider.type
+
+    @property
+    def min_instances(self) -> int:
+        return self.provider.min_instances
+
+    @property
+    def max_instances(self) -> int:
+        return self.provider.max_instances
+
+    @property
+    def max_idle_s(self) -> float:
+        return self.provider.max_idle_agent_period
+
+    @property
+    def starting_deadline_s(self) -> float:
+        return self.provider.max_agent_starting_period
+
+    @property
+    def launch_error_retries(self) -> int:
+        return self.provider.launch_error_retries
+
+    @property
+    def launch_error_timeout_s(self) -> float:
+        """How long a pool stays stopped after its launch retries ran out; 0 = until reset."""
+        return self.provider.launch_error_timeout
+
+    @property
+    def on_demand_fallback(self) -> bool:
+        return self.provider.on_demand_fallback
+
+    @property
+    def monthly_budget_usd(self) -> float | None:
+        return self.provider.monthly_budget_usd
+
+    @property
+    def capacity_memory_s(self) -> float:
+        return self.provider.capacity_memory_period
+
+    @property
+    def ownership(self) -> Ownership:
+        return self.provider.ownership
+
+    @property
+    def is_spot(self) -> bool:
+        return self.provider.is_spot
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        return self.provider.locations
+
+    def offerings(self) -> list[Offering]:
+        """Every (instance type x location x capacity type) this pool may launch.
+
+        Spot offerings come first, then on-demand ones (when the pool is not spot, or may fall
+        back); within each, instance types and then locations keep the config's order.
+        ``slots`` and ``hourly_price`` come from the catalog (price 0.0 when unknown).
+        """
+        return self.provider.offerings()
+
+    @property
+    def max_slots_per_instance(self) -> int:
+        return max((o.slots for o in self.offerings()), default=0)
+
+
+class ClusterConfig(FrozenModel):
+    resource_pools: tuple[ResourcePool, ...] = Field(min_length=1)
+    default_resource_pool: str | None = None
+    # Modelled by the simulator's owner; carried through untouched until then.
+    simulation: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _check_cluster(self) -> Self:
+        first_index: dict[str, int] = {}
+        for i, pool in enumerate(self.resource_pools):
+            if pool.name in first_index:
+                raise rule_error(
+                    f"resource_pools[{i}].name",
+                    f"duplicate pool name {pool.name!r} "
+                    f"(also resource_pools[{first_index[pool.name]}])",
+                )
+            first_index[pool.name] = i
+        if self.default_resource_pool is not None and self.default_resource_pool not in (
+            first_index
+        ):
+            names = ", ".join(first_index)
+            raise rule_error(
+                "default_resource_pool",
+                f"no pool named {self.default_resource_pool!r} (pools: {names})",
+            )
+        return self
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.resource_pools)
+
+    @property
+    def default_pool_name(self) -> str:
+        return self.default_resource_pool or self.resource_pools[0].name
+
+    @property
+    def default_pool(self) -> ResourcePool:
+        return self.pool(self.default_pool_name)
+
+    def pool(self, name: str | None = None) -> ResourcePool:
+        """The named pool, or the default pool for None; KeyError when there is none."""
+        wanted = name or self.default_pool_name
+        for pool in self.resource_pools:
+            if pool.name == wanted:
+                return pool
+        raise KeyError(wanted)

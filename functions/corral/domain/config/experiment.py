@@ -1,0 +1,196 @@
+"""Experiment and command configs: what a user submits.
+
+Priority follows Determined: a LOWER number runs FIRST, 1..99, default 42.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+
+from corral.domain.config.common import FrozenModel, NonEmptyStr
+from corral.domain.config.errors import ConfigError, field_error, rule_error
+from corral.domain.config.hyperparameters import (
+    MAX_GRID_TRIALS,
+    Hyperparameter,
+    SearcherConfig,
+    expand,
+    grid_points,
+    grid_size,
+)
+
+DEFAULT_PRIORITY = 42
+
+
+def _absolute(value: str) -> str:
+    if not posixpath.isabs(value):
+        raise field_error(f"must be an absolute path, got {value!r}")
+    return value
+
+
+AbsPath = Annotated[str, AfterValidator(_absolute)]
+
+
+def _entrypoint(value: object) -> object:
+    """A string (run by a shell) or a non-empty list of strings (run as is)."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise field_error("must not be empty")
+        return value
+    if isinstance(value, list | tuple):
+        if not value or not all(isinstance(v, str) and v for v in value):
+            raise field_error("must be a string or a non-empty list of non-empty strings")
+        return tuple(value)
+    raise field_error("must be a string or a list of strings")
+
+
+Entrypoint = Annotated[str | tuple[str, ...], BeforeValidator(_entrypoint)]
+
+
+def _env_vars(value: object) -> object:
+    """Determined allows a list of ``KEY=VALUE`` strings as well as a mapping."""
+    if isinstance(value, Mapping):
+        return {str(k): v if isinstance(v, str) else str(v) for k, v in value.items()}
+    if isinstance(value, list):
+        out: dict[str, str] = {}
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or "=" not in item or item.startswith("="):
+                raise rule_error(f"[{i}]", "must be KEY=VALUE")
+            key, _, val = item.partition("=")
+            out[key] = val
+        return out
+    return value
+
+
+class Resources(FrozenModel):
+    slots_per_trial: int = Field(default=1, ge=0)
+    resource_pool: str | None = None  # None: the cluster's default pool
+    priority: int = Field(default=DEFAULT_PRIORITY, ge=1, le=99)  # lower runs first
+
+
+class Environment(FrozenModel):
+    environment_variables: Annotated[dict[str, str], BeforeValidator(_env_vars)] = Field(
+        default_factory=dict
+    )
+    image: str | None = None  # Determined's spelling of the top-level `image`
+
+
+class BindMount(FrozenModel):
+    host_path: AbsPath
+    container_path: AbsPath
+    read_only: bool = False
+
+
+class S3Storage(FrozenModel):
+    type: Literal["s3"]
+    bucket: NonEmptyStr
+    prefix: str = ""
+    endpoint_url: str | None = None
+
+
+class GcsStorage(FrozenModel):
+    type: Literal["gcs"]
+    bucket: NonEmptyStr
+    prefix: str = ""
+
+
+class SharedFsStorage(FrozenModel):
+    type: Literal["shared_fs"]
+    host_path: AbsPath
+    storage_path: str | None = None  # relative to host_path
+
+
+CheckpointStorage = Annotated[S3Storage | GcsStorage | SharedFsStorage, Field(discriminator="type")]
+
+
+class _JobConfig(FrozenModel):
+    """What experiments and commands share."""
+
+    description: str = ""
+    image: str | None = None  # required for Docker executors; the process executor ignores it
+    resources: Resources = Resources()
+    environment: Environment = Environment()
+    bind_mounts: tuple[BindMount, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hoist_spellings(cls, data: Any) -> Any:
+        """Determined spells the image ``environment.image``, priority ``resources.priority``."""
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        env = data.get("environment")
+        if isinstance(env, Mapping) and isinstance(env.get("image"), str):
+            if data.get("image") not in (None, env["image"]):
+                raise rule_error("image", "differs from environment.image: set only one")
+            data["image"] = env["image"]
+        if "priority" in data:
+            res = dict(data.get("resources") or {})
+            if "priority" in res and res["priority"] != data["priority"]:
+                raise rule_error("priority", "differs from resources.priority: set only one")
+            res["priority"] = data.pop("priority")
+            data["resources"] = res
+        return data
+
+    @property
+    def priority(self) -> int:
+        return self.resources.priority
+
+
+class ExperimentConfig(_JobConfig):
+    name: str = "experiment"
+    entrypoint: Entrypoint
+    hyperparameters: dict[str, Hyperparameter] = Field(default_factory=dict)
+    searcher: SearcherConfig = SearcherConfig()
+    max_restarts: int = Field(default=5, ge=0)  # user errors only; lost instances are free
+    checkpoint_storage: CheckpointStorage | None = None  # None: the cluster's default
+
+    @model_validator(mode="after")
+    def _check_search(self) -> Self:
+        if self.searcher.name == "grid":
+            for name, hp in self.hyperparameters.items():
+                if grid_points(hp) is None:
+                    raise rule_error(
+                        f"hyperparameters.{name}.count", "required for the grid searcher"
+                    )
+            size = grid_size(self.hyperparameters)
+            if size > MAX_GRID_TRIALS:
+                raise rule_error(
+                    "searcher", f"grid of {size:,} trials exceeds the limit of {MAX_GRID_TRIALS:,}"
+                )
+        return self
+
+
+class CommandConfig(_JobConfig):
+    """Determined's ``command.yaml``: a job with no search; the command line comes separately."""
+
+    entrypoint: Entrypoint | None = None
+
+
+def expand_trials(config: ExperimentConfig) -> list[dict[str, Any]]:
+    """Each trial's hyperparameters: one for ``single``, the product for ``grid``,
+    ``max_trials`` seeded samples for ``random`` (repeatable: see ``SearcherConfig.seed``)."""
+    return expand(config.searcher, config.hyperparameters)
+
+
+def command_job(config: CommandConfig, argv: Sequence[str]) -> ExperimentConfig:
+    """A command as a one-trial experiment: ``argv`` (or the config's entrypoint) runs once,
+    with no hyperparameters and no restarts on a user error (a command is not retried)."""
+    entrypoint: str | tuple[str, ...] | None = tuple(argv) if argv else config.entrypoint
+    if not entrypoint:
+        raise ConfigError.single("entrypoint", "required: give a command line")
+    shown = " ".join(entrypoint) if isinstance(entrypoint, tuple) else entrypoint
+    return ExperimentConfig(
+        name=f"command: {shown}"[:120],
+        description=config.description,
+        image=config.image,
+        resources=config.resources,
+        environment=config.environment,
+        bind_mounts=config.bind_mounts,
+        entrypoint=entrypoint,
+        searcher=SearcherConfig(name="single"),
+        max_restarts=0,
+    )

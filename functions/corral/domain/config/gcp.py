@@ -1,0 +1,246 @@
+"""The GCP provider block of a resource pool (`type: gcp`), with Determined's field names."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from corral.domain import catalog
+from corral.domain.config.common import (
+    CommonProvider,
+    FrozenModel,
+    OneOrMany,
+    Ownership,
+    StrList,
+    unique,
+)
+from corral.domain.config.durations import PositiveDuration
+from corral.domain.config.errors import field_error, rule_error
+from corral.domain.offerings import CapacityType, Offering
+
+# The GCE accelerator types we know (the seed's six plus current ones); kept as a Literal so a
+# typo is caught with the list of valid names. A unit test keeps it in step with the catalog.
+GpuType = Literal[
+    "nvidia-tesla-t4",
+    "nvidia-tesla-p4",
+    "nvidia-tesla-p100",
+    "nvidia-tesla-v100",
+    "nvidia-tesla-k80",
+    "nvidia-tesla-a100",
+    "nvidia-a100-80gb",
+    "nvidia-l4",
+    "nvidia-h100-80gb",
+    "nvidia-h100-mega-80gb",
+    "nvidia-h200-141gb",
+    "nvidia-b200",
+]
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_NAME_PREFIX = re.compile(r"^[a-z][-a-z0-9]{0,49}$")  # room for the suffix GCE names need
+_ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
+_PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_NETWORK_TAG = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+LABEL_RULE = "lowercase letters, digits, '_' and '-', at most 63 characters"
+
+
+def check_label_key(value: str) -> str:
+    if not _LABEL_KEY.match(value):
+        raise field_error(f"must be a GCP label key ({LABEL_RULE}, starting with a letter)")
+    return value
+
+
+def check_label_value(value: str) -> str:
+    if not _LABEL_VALUE.match(value):
+        raise field_error(f"must be a GCP label value ({LABEL_RULE})")
+    return value
+
+
+def _check_zone(value: str) -> str:
+    if not _ZONE.match(value):
+        raise field_error(f"must be a GCE zone such as us-central1-a, got {value!r}")
+    return value
+
+
+def _check_network_tag(value: str) -> str:
+    if not _NETWORK_TAG.match(value):
+        raise field_error(f"must be a GCE network tag (lowercase, digits, '-'), got {value!r}")
+    return value
+
+
+class GcpNetworkInterface(FrozenModel):
+    network: str = "global/networks/default"
+    subnetwork: str | None = None
+    external_ip: bool = False  # Determined's default: use Cloud NAT or set this to true
+
+
+class GcpServiceAccount(FrozenModel):
+    email: str = ""  # empty: the project's default compute service account
+    scopes: Annotated[StrList, Field(min_length=1)] = (CLOUD_PLATFORM_SCOPE,)
+
+
+class GcpInstanceType(FrozenModel):
+    """A machine type with its GPUs: attached (N1) or built in (A2, G2, A3, A4)."""
+
+    machine_type: str = "n1-standard-32"
+    gpu_type: GpuType | None = None
+    gpu_num: int = Field(default=0, ge=0)
+    preemptible: bool = False  # legacy spelling of a Spot VM
+
+    @model_validator(mode="after")
+    def _check_gpus(self) -> Self:
+        machine = catalog.lookup_gcp_machine(self.machine_type)
+        if machine is not None and machine.gpus:
+            # GPUs come with the machine: a config may restate them but not contradict them.
+            if self.gpu_type is not None and self.gpu_type != machine.gpu_model:
+                raise rule_error(
+                    "gpu_type", f"{self.machine_type} comes with {machine.gpu_model} GPUs"
+                )
+            if self.gpu_num not in (0, machine.gpus):
+                raise rule_error(
+                    "gpu_num", f"{self.machine_type} comes with exactly {machine.gpus} GPUs"
+                )
+            return self
+        if self.gpu_type is None:
+            if self.gpu_num:
+                raise rule_error("gpu_type", "required when gpu_num is set")
+            return self
+        gpu = catalog.GCP_GPUS[self.gpu_type]
+        if self.gpu_num not in gpu.allowed_counts:
+            counts = [str(n) for n in gpu.allowed_counts]
+            allowed = counts[0] if len(counts) == 1 else f"{', '.join(counts[:-1])} or {counts[-1]}"
+            raise rule_error("gpu_num", f"must be {allowed} for {self.gpu_type} (GCE limit)")
+        if self.machine_type.startswith("n1-") and not gpu.attachable_to_n1:
+            raise rule_error(
+                "gpu_type",
+                f"{self.gpu_type} cannot be attached to {self.machine_type}; use a machine "
+                "type that has it built in (a2, g2, a3, a4)",
+            )
+        if not self.machine_type.startswith("n1-") and gpu.attachable_to_n1:
+            raise rule_error("gpu_type", f"GCE attaches {self.gpu_type} to N1 machine types only")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return catalog.gpus_for("gcp", self.machine_type, self.gpu_num) or 0
+
+    @property
+    def effective_gpu_type(self) -> str | None:
+        machine = catalog.lookup_gcp_machine(self.machine_type)
+        if machine is not None and machine.gpus:
+            return machine.gpu_model
+        return self.gpu_type
+
+    @property
+    def offering_name(self) -> str:
+        """``machine_type``, or ``machine_type+<n>x<gpu_type>`` when GPUs are attached."""
+        machine = catalog.lookup_gcp_machine(self.machine_type)
+        if self.gpu_type is None or (machine is not None and machine.gpus):
+            return self.machine_type
+        return f"{self.machine_type}+{self.gpu_num}x{self.gpu_type}"
+
+
+class GcpProvider(CommonProvider):
+    type: Literal["gcp"]
+    project: str
+    zone: Annotated[
+        tuple[Annotated[str, AfterValidator(_check_zone)], ...],
+        OneOrMany,
+        Field(min_length=1),
+        AfterValidator(unique),
+    ]
+    boot_disk_size: int = Field(default=200, ge=100)
+    boot_disk_source_image: str
+    base_config: dict[str, Any] = Field(default_factory=dict)  # merged into the insert body
+    label_key: Annotated[str, AfterValidator(check_label_key)] = "managed-by"
+    label_value: Annotated[str, AfterValidator(check_label_value)] = "corral"
+    name_prefix: str = "corral-agent"
+    labels: dict[str, str] = Field(default_factory=dict)
+    network_interface: GcpNetworkInterface = GcpNetworkInterface()
+    network_tags: tuple[Annotated[str, AfterValidator(_check_network_tag)], ...] = ()
+    service_account: GcpServiceAccount = GcpServiceAccount()
+    instance_type: Annotated[
+        tuple[GcpInstanceType, ...], OneOrMany, Field(min_length=1), AfterValidator(unique)
+    ] = (GcpInstanceType(gpu_type="nvidia-tesla-v100", gpu_num=4),)
+    operation_timeout_period: PositiveDuration = 300.0
+    spot: bool = False
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if not _PROJECT.match(value):
+            raise field_error(f"must be a GCP project id such as my-project-123, got {value!r}")
+        return value
+
+    @field_validator("name_prefix")
+    @classmethod
+    def _name_prefix(cls, value: str) -> str:
+        if not _NAME_PREFIX.match(value):
+            raise field_error(
+                "must start with a lowercase letter and use only lowercase letters, digits "
+                "and '-', at most 50 characters"
+            )
+        return value
+
+    @field_validator("boot_disk_source_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value.strip():
+            raise field_error("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _check_gcp(self) -> Self:
+        if not self.label_value:
+            raise rule_error("label_value", "must not be empty: it marks Corral's instances")
+        for key, value in self.labels.items():
+            if not _LABEL_KEY.match(key):
+                raise rule_error(f"labels.{key}", f"must be a GCP label key ({LABEL_RULE})")
+            if not _LABEL_VALUE.match(value):
+                raise rule_error(f"labels.{key}", f"must be a GCP label value ({LABEL_RULE})")
+            if key == self.label_key:
+                raise rule_error(f"labels.{key}", "is the ownership label (label_key)")
+        return self
+
+    # --- used by the pool and the domain
+    @property
+    def cloud(self) -> str:
+        return "gcp"
+
+    @property
+    def ownership(self) -> Ownership:
+        return Ownership(self.label_key, self.label_value)
+
+    @property
+    def is_spot(self) -> bool:
+        return self.spot or any(t.preemptible for t in self.instance_type)
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        return self.zone
+
+    def instance_type_for(self, offering_name: str) -> GcpInstanceType:
+        """The config entry behind an offering's ``instance_type`` (for the GCE adapter)."""
+        for entry in self.instance_type:
+            if entry.offering_name == offering_name:
+                return entry
+        raise KeyError(offering_name)
+
+    def offerings(self) -> list[Offering]:
+        found: list[Offering] = []
+        for entry in self.instance_type:
+            spot = self.spot or entry.preemptible
+            for zone in self.zone:
+                for cap in self.capacity_types(spot):
+                    price = catalog.gcp_offering_price(
+                        entry.machine_type,
+                        entry.effective_gpu_type,
+                        entry.gpus,
+                        cap is CapacityType.SPOT,
+                    )
+                    found.append(Offering(entry.offering_name, zone, cap, entry.gpus, price or 0.0))
+        return sorted(found, key=lambda o: 0 if o.is_spot else 1)

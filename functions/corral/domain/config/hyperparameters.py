@@ -1,0 +1,172 @@
+"""Hyperparameters and searchers, and the expansion of a search into trials.
+
+Spelled like Determined: a plain value is a constant; a mapping with ``type`` is one of
+``const`` (``val``), ``categorical`` (``vals``), ``int`` / ``double`` (``minval``, ``maxval``,
+optional ``count`` for grid search) and ``log`` (``base`` ** exponent, with ``minval`` and
+``maxval`` the exponents). A mapping without ``type`` is a constant whose value is that mapping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import random
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from corral.domain.config.common import FrozenModel
+from corral.domain.config.errors import ConfigError, rule_error
+
+MAX_GRID_TRIALS = 10_000
+
+
+class ConstHP(FrozenModel):
+    type: Literal["const"]
+    val: Any
+
+
+class CategoricalHP(FrozenModel):
+    type: Literal["categorical"]
+    vals: tuple[Any, ...] = Field(min_length=1)
+
+
+class _RangeHP(FrozenModel):
+    minval: float
+    maxval: float
+    count: int | None = Field(default=None, ge=1)  # grid points; only the grid searcher uses it
+
+    @model_validator(mode="after")
+    def _check_range(self) -> Self:
+        if self.minval > self.maxval:
+            raise rule_error("minval", "must be <= maxval")
+        return self
+
+
+class IntHP(_RangeHP):
+    type: Literal["int"]
+    minval: int
+    maxval: int
+
+
+class DoubleHP(_RangeHP):
+    type: Literal["double"]
+
+
+class LogHP(_RangeHP):
+    """``base ** x`` for x between ``minval`` and ``maxval`` (the exponents)."""
+
+    type: Literal["log"]
+    base: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check_base(self) -> Self:
+        if self.base == 1:
+            raise rule_error("base", "must not be 1")
+        return self
+
+
+def _constant_unless_typed(value: object) -> object:
+    if isinstance(value, Mapping) and "type" in value:
+        return value
+    return {"type": "const", "val": value}
+
+
+# The before-validator must wrap the tagged union (outer Annotated), or the tag is looked up
+# before a plain constant has been turned into `{type: const, val: ...}`.
+Hyperparameter = Annotated[
+    Annotated[ConstHP | CategoricalHP | IntHP | DoubleHP | LogHP, Field(discriminator="type")],
+    BeforeValidator(_constant_unless_typed),
+]
+
+
+class SearcherConfig(FrozenModel):
+    name: Literal["single", "grid", "random"] = "single"
+    max_trials: int | None = Field(default=None, ge=1)
+    metric: str | None = None
+    smaller_is_better: bool = True
+    seed: int | None = None  # unset: derived from the config, so expansion is repeatable
+
+    @model_validator(mode="after")
+    def _check_searcher(self) -> Self:
+        if self.name == "random" and self.max_trials is None:
+            raise rule_error("max_trials", "required for the random searcher")
+        return self
+
+
+def grid_points(hp: Hyperparameter) -> list[Any] | None:
+    """The values a grid search takes for one hyperparameter; None if a range has no count."""
+    if isinstance(hp, ConstHP):
+        return [hp.val]
+    if isinstance(hp, CategoricalHP):
+        return list(hp.vals)
+    if hp.count is None:
+        return None
+    if hp.count == 1:
+        return [single_value(hp)]
+    steps = [hp.minval + (hp.maxval - hp.minval) * i / (hp.count - 1) for i in range(hp.count)]
+    if isinstance(hp, IntHP):
+        return list(dict.fromkeys(round(x) for x in steps))  # dedupe, keep order
+    if isinstance(hp, LogHP):
+        return [hp.base**x for x in steps]
+    return steps
+
+
+def grid_size(hps: Mapping[str, Hyperparameter]) -> int:
+    return math.prod(len(grid_points(hp) or [None]) for hp in hps.values())
+
+
+def single_value(hp: Hyperparameter) -> Any:
+    """The one value the single searcher uses: the constant, first choice or range midpoint."""
+    if isinstance(hp, ConstHP):
+        return hp.val
+    if isinstance(hp, CategoricalHP):
+        return hp.vals[0]
+    if isinstance(hp, IntHP):
+        return (hp.minval + hp.maxval) // 2
+    if isinstance(hp, LogHP):
+        return hp.base ** ((hp.minval + hp.maxval) / 2)
+    return (hp.minval + hp.maxval) / 2
+
+
+def _sample(hp: Hyperparameter, rng: random.Random) -> Any:
+    if isinstance(hp, ConstHP):
+        return hp.val
+    if isinstance(hp, CategoricalHP):
+        return rng.choice(hp.vals)
+    if isinstance(hp, IntHP):
+        return rng.randint(hp.minval, hp.maxval)
+    if isinstance(hp, LogHP):
+        return hp.base ** rng.uniform(hp.minval, hp.maxval)
+    return rng.uniform(hp.minval, hp.maxval)
+
+
+def _derived_seed(hps: Mapping[str, Hyperparameter]) -> int:
+    """A seed from the search space itself: pure and repeatable, unlike the clock."""
+    text = json.dumps({k: v.model_dump(mode="json") for k, v in hps.items()}, sort_keys=True)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def expand(searcher: SearcherConfig, hps: Mapping[str, Hyperparameter]) -> list[dict[str, Any]]:
+    """Each trial's hyperparameters, in a stable order (keys in config order)."""
+    if searcher.name == "single":
+        return [{k: single_value(hp) for k, hp in hps.items()}]
+    if searcher.name == "grid":
+        axes: list[list[Any]] = []
+        for name, hp in hps.items():
+            points = grid_points(hp)
+            if points is None:
+                raise ConfigError.single(
+                    f"hyperparameters.{name}.count", "required for the grid searcher"
+                )
+            axes.append(points)
+        if math.prod(len(a) for a in axes) > MAX_GRID_TRIALS:
+            raise ConfigError.single("searcher", f"grid exceeds {MAX_GRID_TRIALS:,} trials")
+        return [dict(zip(hps, combo, strict=True)) for combo in itertools.product(*axes)]
+    seed = searcher.seed if searcher.seed is not None else _derived_seed(hps)
+    rng = random.Random(seed)
+    assert searcher.max_trials is not None  # enforced by SearcherConfig
+    return [{k: _sample(hp, rng) for k, hp in hps.items()} for _ in range(searcher.max_trials)]

@@ -1,0 +1,125 @@
+"""Reading config files: YAML (or JSON) text or a path in, a validated model or ConfigError out.
+
+Domain code stays free of I/O except here, where a path is read; services that receive a
+config over HTTP use the ``*_from_mapping`` functions instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from corral.domain.config.cluster import ClusterConfig
+from corral.domain.config.errors import ConfigError, Problem, problems_from_validation_error
+from corral.domain.config.experiment import CommandConfig, ExperimentConfig
+from corral.domain.config.legacy import normalize_cluster, problems_at_original_paths
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    """A valid cluster config and the warnings about what was ignored or converted."""
+
+    config: ClusterConfig
+    warnings: tuple[str, ...] = ()
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys, which PyYAML would silently overwrite."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, Hashable):
+            continue  # construct_mapping reports unhashable keys itself
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return dict(loader.construct_mapping(node, deep=True))
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
+)
+
+
+def read_source(source: str | Path) -> str:
+    """Text of a config given as a Path, a path string, or the YAML text itself.
+
+    A ``str`` is a path when it is one line ending in .yaml, .yml or .json; anything else is
+    the document. Read errors become a ConfigError with an empty path (the file as a whole).
+    """
+    if isinstance(source, str) and (
+        "\n" in source or not source.strip().endswith((".yaml", ".yml", ".json"))
+    ):
+        return source
+    path = Path(source)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError.single("", "no such file") from None
+    except IsADirectoryError:
+        raise ConfigError.single("", "is a directory, not a file") from None
+    except UnicodeDecodeError:
+        raise ConfigError.single("", "is not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError.single("", f"cannot be read: {exc.strerror or exc}") from None
+
+
+def parse_yaml(text: str) -> dict[str, Any]:
+    """The top-level mapping of a YAML document; syntax errors name the line and column."""
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no object tags
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
+        what = exc.problem or exc.context or "invalid YAML"
+        raise ConfigError.single("", f"invalid YAML at {where}: {what}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError.single("", f"invalid YAML: {exc}") from None
+    if data is None:
+        raise ConfigError.single("", "is empty")
+    if not isinstance(data, dict):
+        raise ConfigError.single("", f"must be a mapping, not a {type(data).__name__}")
+    return data
+
+
+def validate(model: type[M], data: Mapping[str, Any]) -> M:
+    """``model`` validated from ``data``, or ConfigError with user-spelled paths."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation_error(exc, data)) from None
+
+
+def cluster_config_from_mapping(data: Mapping[str, Any]) -> LoadedConfig:
+    norm = normalize_cluster(data)
+    try:
+        config = ClusterConfig.model_validate(norm.data)
+    except ValidationError as exc:
+        problems: list[Problem] = problems_from_validation_error(exc, norm.data)
+        raise ConfigError(problems_at_original_paths(problems, norm)) from None
+    return LoadedConfig(config, tuple(norm.warnings))
+
+
+def load_cluster_config(source: str | Path) -> LoadedConfig:
+    """A cluster config (Corral's or a Determined/PEDL ``master.yaml``) with its warnings."""
+    return cluster_config_from_mapping(parse_yaml(read_source(source)))
+
+
+def load_experiment_config(source: str | Path) -> ExperimentConfig:
+    return validate(ExperimentConfig, parse_yaml(read_source(source)))
+
+
+def load_command_config(source: str | Path) -> CommandConfig:
+    return validate(CommandConfig, parse_yaml(read_source(source)))

@@ -1,0 +1,170 @@
+"""Cost accounting: what instances cost, what each trial owes, and the monthly budget gate.
+
+Billing model: EC2 (Linux) and Compute Engine both bill per second with a 60-second minimum
+per instance run, so an instance costs ``hourly_price * max(seconds, 60) / 3600``. Prices are
+the offering's ``hourly_price`` (the planning price: on-demand list price, or the spot price
+known when the pool was configured), so figures are estimates, not invoices.
+
+When billing starts: ``launched_at`` (the cloud's launch time). A record that holds a cloud
+id but never learned a launch time (an adopted instance, a lost write) falls back to
+``requested_at``, then to when it entered ALLOCATED, then to ``created_at``: all earlier than
+the real launch, so the estimate errs high, which is the safe side for a budget. A record
+that never got a cloud instance (QUEUED, an unfilled spot request, CANCELLED,
+ALLOCATION_FAILED without a cloud id) cost nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from corral.domain.instance import HOLDS_CLOUD_INSTANCE, Instance, InstanceState
+from corral.domain.offerings import Offering
+from corral.domain.policy import PoolPolicy
+
+MIN_BILLED_S = 60.0
+HOUR_S = 3600.0
+# How far ahead the budget gate looks: see ``budget_allows``.
+BUDGET_LOOKAHEAD_H = 1.0
+
+
+def billing_start(instance: Instance) -> float | None:
+    """When the cloud started billing for this record's instance, or None if it never had
+    one (see the module docstring for the fallbacks)."""
+    if instance.launched_at is not None:
+        return instance.launched_at
+    if instance.cloud_id is None:
+        return None
+    if instance.requested_at is not None:
+        return instance.requested_at
+    allocated = instance.entered_at(InstanceState.ALLOCATED)
+    return allocated if allocated is not None else instance.created_at
+
+
+def billed_interval(instance: Instance, now: float) -> tuple[float, float] | None:
+    """[start, end) the instance is billed for, the 60 s minimum included, or None."""
+    start = billing_start(instance)
+    if start is None:
+        return None
+    end = instance.terminated_at if instance.terminated_at is not None else now
+    # The minimum is owed as soon as the instance exists, so a running one is charged it too.
+    return start, start + max(end - start, MIN_BILLED_S)
+
+
+def instance_cost_usd(instance: Instance, now: float) -> float:
+    interval = billed_interval(instance, now)
+    if interval is None:
+        return 0.0
+    start, end = interval
+    return instance.offering.hourly_price * (end - start) / HOUR_S
+
+
+@dataclass(frozen=True, slots=True)
+class RunSegment:
+    """A stretch of time a trial held ``gpus`` GPUs on one instance of ``offering``."""
+
+    offering: Offering
+    gpus: int
+    start: float
+    end: float
+
+
+def trial_cost_share(segment: RunSegment) -> tuple[float, float]:
+    """``(cost_usd, gpu_seconds)`` a trial owes for one run segment: the instance's price x
+    (gpus held / instance slots) x the time it held them.
+
+    Cost is attributed per GPU slot: zero-GPU work, and CPU-only offerings (0 slots), owe
+    nothing here; their cost shows on the instance. Idle time on an agent is owed by no
+    trial (it shows on the pool), so the shares never add up to more than the instance cost.
+    No 60 s minimum here: the minimum is the instance's, not any one trial's.
+    """
+    seconds = max(segment.end - segment.start, 0.0)
+    gpu_seconds = segment.gpus * seconds
+    slots = segment.offering.slots
+    if slots <= 0 or segment.gpus <= 0:
+        return 0.0, gpu_seconds
+    fraction = min(segment.gpus / slots, 1.0)
+    return segment.offering.hourly_price * fraction * seconds / HOUR_S, gpu_seconds
+
+
+def month_start_utc(now: float) -> float:
+    """00:00 UTC on the first day of the calendar month that ``now`` falls in."""
+    moment = datetime.fromtimestamp(now, tz=UTC)
+    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+def month_to_date_usd(instances: Iterable[Instance], now: float) -> float:
+    """Cost of the given (one pool's) instances billed since the start of this UTC month.
+
+    Each billed interval is clipped to [month start, ...): an instance that started last
+    month counts only this month's seconds. Terminal records count too, so callers must pass
+    the records terminated this month, not only the live ones.
+    """
+    since = month_start_utc(now)
+    total = 0.0
+    for instance in instances:
+        interval = billed_interval(instance, now)
+        if interval is None:
+            continue
+        start, end = interval
+        seconds = end - max(start, since)
+        if seconds > 0:
+            total += instance.offering.hourly_price * seconds / HOUR_S
+    return total
+
+
+def hourly_burn_usd(instances: Iterable[Instance]) -> float:
+    """What the given instances cost per hour right now: those holding a cloud instance."""
+    return sum(
+        i.offering.hourly_price
+        for i in instances
+        if i.state in HOLDS_CLOUD_INSTANCE and i.cloud_id is not None
+    )
+
+
+def budget_allows(
+    pool: PoolPolicy,
+    month_to_date_usd: float,
+    current_hourly_burn_usd: float,
+    extra_hourly_usd: float,
+) -> bool:
+    """Whether a launch adding ``extra_hourly_usd`` fits the pool's monthly budget.
+
+    Rule: spend so far this month plus one more hour of the pool's burn, the new instance
+    included, must stay within ``monthly_budget_usd``. One hour because the planner runs at
+    least every minute and an operator can act within the hour; an instance launched under
+    the rule can overrun by at most about one hour of burn. The budget gates launches only:
+    it never stops a running trial (never disrupt a trial to save money unless allowed).
+    A pool without a budget always allows.
+    """
+    budget = pool.monthly_budget_usd
+    if budget is None:
+        return True
+    projected = current_hourly_burn_usd + extra_hourly_usd
+    return month_to_date_usd + projected * BUDGET_LOOKAHEAD_H <= budget
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """The budget line of a pool listing."""
+
+    spent_usd: float
+    budget_usd: float | None
+    remaining_usd: float | None
+    # The budget is reached, or the current burn reaches it within the hour: no launch fits.
+    exhausted: bool
+
+
+def budget_state(
+    pool: PoolPolicy, month_to_date_usd: float, current_hourly_burn_usd: float
+) -> BudgetState:
+    budget = pool.monthly_budget_usd
+    if budget is None:
+        return BudgetState(month_to_date_usd, None, None, exhausted=False)
+    return BudgetState(
+        spent_usd=month_to_date_usd,
+        budget_usd=budget,
+        remaining_usd=max(budget - month_to_date_usd, 0.0),
+        exhausted=not budget_allows(pool, month_to_date_usd, current_hourly_burn_usd, 0.0),
+    )

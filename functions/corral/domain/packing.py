@@ -1,0 +1,147 @@
+"""Bin-packing of trials onto GPU slots, shared by the scheduler (real agents) and the planner
+(agents on their way and instances it is about to buy), so both place work the same way.
+
+Best fit for a trial that fits on one agent: the agent with the fewest free GPUs that still
+holds it, which keeps whole agents free for big trials and lets idle ones be reaped. A trial
+larger than any one agent is gang-placed on several *entirely free* agents, all or nothing,
+preferring agents of one instance type (torch.distributed wants uniform ranks).
+
+Agents are bucketed by free-GPU count, so a placement costs O(max GPUs per agent) and a tick
+over 10,000 pending trials and 1,000 agents stays linear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Bin:
+    """One agent's GPUs as the packer sees them (mutable working copy)."""
+
+    id: str
+    instance_type: str
+    slots: int
+    free: list[int]
+    hourly_price: float = 0.0
+    # Set by the planner for instances that do not exist yet.
+    hypothetical: bool = False
+
+    @property
+    def fully_free(self) -> bool:
+        return len(self.free) == self.slots
+
+
+@dataclass(slots=True)
+class BinIndex:
+    """Bins bucketed by free-GPU count; placement mutates the bins it uses."""
+
+    _by_free: dict[int, dict[str, Bin]] = field(default_factory=dict)
+    _bins: dict[str, Bin] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, bins: Iterable[Bin]) -> BinIndex:
+        index = cls()
+        for b in bins:
+            index.add(b)
+        return index
+
+    def add(self, b: Bin) -> None:
+        if b.id in self._bins:
+            raise ValueError(f"bin {b.id} added twice")
+        self._bins[b.id] = b
+        self._by_free.setdefault(len(b.free), {})[b.id] = b
+
+    def remove(self, bin_id: str) -> None:
+        b = self._bins.pop(bin_id)
+        del self._by_free[len(b.free)][bin_id]
+
+    def get(self, bin_id: str) -> Bin | None:
+        return self._bins.get(bin_id)
+
+    def __len__(self) -> int:
+        return len(self._bins)
+
+    def bins(self) -> list[Bin]:
+        return list(self._bins.values())
+
+    def max_free(self) -> int:
+        return max((f for f, bucket in self._by_free.items() if bucket), default=0)
+
+    def _take(self, b: Bin, count: int) -> tuple[int, ...]:
+        bucket = self._by_free[len(b.free)]
+        del bucket[b.id]
+        gpus = tuple(b.free[:count])
+        del b.free[:count]
+        self._by_free.setdefault(len(b.free), {})[b.id] = b
+        return gpus
+
+    def place(
+        self, slots: int, *, allow_mixed: bool = True
+    ) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+        """Place one trial; return (bin id, GPU indices) per part in rank order, or None.
+
+        ``allow_mixed=False`` accepts only a gang of one instance type (the planner buys
+        uniform gangs so that planning again over what it bought gives the same answer).
+        """
+        single = self._best_fit(slots)
+        if single is not None:
+            return ((single.id, self._take(single, slots)),)
+        if slots == 0:
+            return None
+        gang = self._gang(slots, allow_mixed)
+        if gang is None:
+            return None
+        parts: list[tuple[str, tuple[int, ...]]] = []
+        remaining = slots
+        for b in gang:
+            count = min(len(b.free), remaining)
+            parts.append((b.id, self._take(b, count)))
+            remaining -= count
+        return tuple(parts)
+
+    def _best_fit(self, slots: int) -> Bin | None:
+        for free in sorted(f for f, bucket in self._by_free.items() if bucket and f >= slots):
+            bucket = self._by_free[free]
+            # Among equally tight fits prefer real agents over hypothetical ones, and
+            # partly used agents over fully free ones (insertion order breaks ties).
+            return min(bucket.values(), key=lambda b: (b.hypothetical, b.fully_free))
+        return None
+
+    def _gang(self, slots: int, allow_mixed: bool) -> list[Bin] | None:
+        free_bins = [b for b in self._bins.values() if b.fully_free and b.slots > 0]
+        if sum(b.slots for b in free_bins) < slots:
+            return None
+        by_type: dict[str, list[Bin]] = {}
+        for b in free_bins:
+            by_type.setdefault(b.instance_type, []).append(b)
+        # One instance type if any type alone suffices: fewest agents, then real before
+        # hypothetical, then cheapest.
+        uniform: list[list[Bin]] = []
+        for group in by_type.values():
+            group.sort(key=lambda b: b.hypothetical)
+            size = group[0].slots
+            needed = -(-slots // size)
+            if len(group) >= needed:
+                uniform.append(group[:needed])
+        if uniform:
+            return min(
+                uniform,
+                key=lambda g: (
+                    len(g),
+                    sum(b.hypothetical for b in g),
+                    sum(b.hourly_price for b in g),
+                ),
+            )
+        if not allow_mixed:
+            return None
+        mixed = sorted(free_bins, key=lambda b: (-b.slots, b.hypothetical))
+        chosen: list[Bin] = []
+        total = 0
+        for b in mixed:
+            chosen.append(b)
+            total += b.slots
+            if total >= slots:
+                return chosen
+        return None

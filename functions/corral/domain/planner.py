@@ -1,0 +1,317 @@
+"""The planner: how many instances of which offering a pool needs for its unplaced demand.
+
+Demand the scheduler could not place is matched, in order, against:
+1. instances already on their way (QUEUED, REQUESTED, ALLOCATED) that were launched *for*
+   a trial still waiting (their ``planned_for``): that trial is covered, nothing new;
+2. free GPUs left on agents, agents drained for idleness (taken back instead of a launch),
+   and the unclaimed room on instances on their way;
+3. new instances, bought per trial at the lowest price per *useful* GPU (an 8-GPU instance
+   is no bargain for one 1-GPU trial), from offerings the cloud has not recently refused.
+   A gang larger than one instance is bought whole, of one instance type.
+Step 1 makes planning idempotent: the same demand, planned again, launches nothing. The
+count is clamped to ``max_instances`` (a gang that cannot get every instance launches none)
+and to the monthly budget; ``min_instances`` is topped up with the cheapest offering.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from corral.domain.backoff import blocked_reason as pool_blocked_reason
+from corral.domain.cost import budget_allows
+from corral.domain.instance import Instance, InstanceState
+from corral.domain.offerings import Offering
+from corral.domain.packing import Bin, BinIndex
+from corral.domain.policy import PoolPolicy
+from corral.domain.records import PoolState
+from corral.domain.trial import Trial
+
+Parts = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedLaunch:
+    offering: Offering
+    # The demand it is for: (trial id, GPUs on this instance). Empty for min_instances.
+    planned_for: tuple[tuple[str, int], ...]
+    reason: str
+
+    @property
+    def trial_ids(self) -> tuple[str, ...]:
+        return tuple(t for t, _ in self.planned_for)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlan:
+    pool: str
+    launches: tuple[PlannedLaunch, ...] = ()
+    # Existing agents the plan counts on: the reaper must not take them away.
+    reserved: frozenset[str] = frozenset()
+    # Starting records no demand needs any more (QUEUED, or an unfilled spot request).
+    surplus: tuple[str, ...] = ()
+    # Why each unplaced trial still waits (shown to users as pending_reason).
+    pending_reasons: Mapping[str, str] = field(default_factory=dict)
+
+
+def max_trial_slots(pool: PoolPolicy) -> int:
+    """The largest trial a pool can ever run: every instance of its biggest offering."""
+    biggest = max((o.slots for o in pool.offerings()), default=0)
+    return biggest * pool.max_instances
+
+
+def infeasible_reason(slots: int, pool: PoolPolicy) -> str | None:
+    """Why a trial of ``slots`` GPUs can never run in ``pool``, or None if it can."""
+    if not pool.offerings():
+        return f"pool {pool.name} has no instance type to launch"
+    if pool.max_instances <= 0:
+        return f"pool {pool.name} has max_instances 0"
+    limit = max_trial_slots(pool)
+    if slots > limit:
+        return (
+            f"needs {slots} GPUs but pool {pool.name} holds at most {limit} "
+            f"({pool.max_instances} instances x {limit // pool.max_instances} GPUs)"
+        )
+    return None
+
+
+def _is_reusable(instance: Instance) -> bool:
+    """A drained-for-idleness agent that new demand can take back instead of a launch."""
+    return (
+        instance.state is InstanceState.DRAINING
+        and instance.interruption_notice_at is None
+        and not instance.allocations
+    )
+
+
+def _describe(offering: Offering) -> str:
+    return f"{offering.instance_type} ({offering.capacity_type.value}, {offering.location})"
+
+
+def _bin(inst: Instance, free: Sequence[int], hypothetical: bool = False) -> Bin:
+    off = inst.offering
+    return Bin(inst.id, off.instance_type, inst.slots, list(free), off.hourly_price, hypothetical)
+
+
+@dataclass
+class _Buyer:
+    """New instances bought during one planning pass, within max_instances and budget."""
+
+    pool: PoolPolicy
+    headroom: int
+    burn_usd_per_hour: float
+    month_to_date_usd: float
+    offerings: list[Offering]
+    bought: dict[str, Offering] = field(default_factory=dict)
+    demand: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+
+    def choose(self, slots: int, behind: Counter[int]) -> Offering | None:
+        """Cheapest offering per useful GPU for this trial and the demand behind it."""
+        if not self.offerings:
+            return None
+        fits = [o for o in self.offerings if o.slots >= max(slots, 1)]
+        if not fits:
+            # A gang over several instances: every GPU is useful; prefer bigger nodes.
+            return min(self.offerings, key=lambda o: (o.price_per_slot_hour, -o.slots))
+
+        def score(o: Offering) -> tuple[float, bool, int]:
+            # GPUs of the demand still behind this trial that could share the instance.
+            sharing = sum(n * size for size, n in behind.items() if size <= o.slots)
+            useful = min(o.slots, max(sharing + slots, 1))
+            return (o.hourly_price / useful, not o.is_spot, o.slots)
+
+        return min(fits, key=score)
+
+    def refusal(self, offering: Offering, count: int = 1) -> str | None:
+        """Why ``count`` more instances of ``offering`` may not be bought now, or None."""
+        if self.headroom < count:
+            return f"pool {self.pool.name} is at max_instances ({self.pool.max_instances})"
+        extra = offering.hourly_price * count
+        if not budget_allows(self.pool, self.month_to_date_usd, self.burn_usd_per_hour, extra):
+            return (
+                f"pool {self.pool.name} would exceed its monthly budget of "
+                f"${self.pool.monthly_budget_usd or 0:,.2f}"
+            )
+        return None
+
+    def buy(self, offering: Offering) -> Bin:
+        self.headroom -= 1
+        self.burn_usd_per_hour += offering.hourly_price
+        bin_id = f"new-{len(self.bought)}"
+        self.bought[bin_id] = offering
+        self.demand[bin_id] = []
+        return Bin(
+            bin_id,
+            offering.instance_type,
+            offering.slots,
+            list(range(offering.slots)),
+            offering.hourly_price,
+            hypothetical=True,
+        )
+
+
+def plan_pool(
+    pool: PoolPolicy,
+    unplaced: Sequence[Trial],
+    instances: Sequence[Instance],
+    state: PoolState,
+    now: float,
+    *,
+    leftover_free: Mapping[str, tuple[int, ...]] | None = None,
+    month_to_date_usd: float = 0.0,
+) -> PoolPlan:
+    """Plan one pool. ``instances`` are the pool's records; terminal ones are ignored."""
+    live = [i for i in instances if i.is_live and i.pool == pool.name]
+    starting = {i.id: i for i in live if i.is_starting}
+    waiting = {t.id for t in unplaced}
+    reasons: dict[str, str] = {}
+
+    # 1. Trials covered by an instance launched for them.
+    claimed: Counter[str] = Counter()
+    for inst in starting.values():
+        for trial_id, gpus in inst.planned_for:
+            if trial_id in waiting:
+                claimed[inst.id] += gpus
+                reasons[trial_id] = (
+                    f"waiting for {inst.id} ({inst.state.value.lower()}) to register"
+                )
+    covered = set(reasons)
+
+    # 2. Room on what exists or is coming.
+    leftover = leftover_free or {}
+    index = BinIndex()
+    for inst in sorted(live, key=lambda i: i.id):
+        if inst.is_schedulable:
+            free = leftover.get(inst.id, inst.free_gpus)
+            if free:
+                index.add(_bin(inst, free))
+        elif _is_reusable(inst):
+            index.add(_bin(inst, range(inst.slots)))
+        elif inst.id in starting and claimed[inst.id] < inst.slots:
+            index.add(_bin(inst, range(claimed[inst.id], inst.slots), hypothetical=True))
+
+    blocked = pool_blocked_reason(state, now)
+    buyer = _Buyer(
+        pool=pool,
+        headroom=max(pool.max_instances - len(live), 0),
+        burn_usd_per_hour=sum(i.offering.hourly_price for i in live),
+        month_to_date_usd=month_to_date_usd,
+        offerings=[o for o in pool.offerings() if state.capacity.is_available(o.key, now)],
+    )
+    used: set[str] = set(claimed)
+    behind = Counter(t.slots for t in unplaced if t.id not in covered)
+    for trial in unplaced:
+        if trial.id in covered:
+            continue
+        behind[trial.slots] -= 1
+        # Uniform gangs only: a gang mixing instance types could be placed differently once
+        # the bought instances exist, and then need yet another launch.
+        parts = index.place(trial.slots, allow_mixed=False)
+        if parts is None:
+            parts, reason = _buy_for(buyer, index, trial, blocked, behind)
+            if parts is None:
+                reasons[trial.id] = reason
+                continue
+        used.update(bin_id for bin_id, _ in parts)
+        reasons[trial.id] = _waiting_reason(trial, parts, buyer, starting)
+
+    if blocked is None:
+        _top_up_min(buyer, len(live))
+    launches = tuple(
+        PlannedLaunch(offering, tuple(buyer.demand[bin_id]), _launch_reason(pool, buyer, bin_id))
+        for bin_id, offering in buyer.bought.items()
+    )
+    existing = {i.id for i in live}
+    reserved = frozenset((used & existing) - set(starting))
+    surplus = _surplus(pool, starting, used, len(live))
+    return PoolPlan(pool.name, launches, reserved, surplus, reasons)
+
+
+def _buy_for(
+    buyer: _Buyer, index: BinIndex, trial: Trial, blocked: str | None, behind: Counter[int]
+) -> tuple[Parts | None, str]:
+    """Buy new instances for one trial: one that fits it, or a whole uniform gang."""
+    if blocked is not None:
+        return None, blocked
+    offering = buyer.choose(trial.slots, behind)
+    if offering is None:
+        return None, _no_offering_reason(buyer.pool)
+    count = max(1, -(-trial.slots // max(offering.slots, 1)))
+    refusal = buyer.refusal(offering, count)
+    if refusal is not None:
+        if count > 1:
+            refusal += f": the trial needs {count} instances of {_describe(offering)}"
+        return None, refusal
+    fresh = BinIndex.of(buyer.buy(offering) for _ in range(count))
+    parts = fresh.place(trial.slots, allow_mixed=False)
+    assert parts is not None, "a whole uniform gang always fits"
+    for b in fresh.bins():
+        index.add(b)  # leftover room on what was bought serves the demand behind
+    return parts, ""
+
+
+def _waiting_reason(
+    trial: Trial, parts: Parts, buyer: _Buyer, starting: Mapping[str, Instance]
+) -> str:
+    waiting_on: list[str] = []
+    for bin_id, gpus in parts:
+        if bin_id in buyer.bought:
+            buyer.demand[bin_id].append((trial.id, len(gpus)))
+            waiting_on.append(f"a new {_describe(buyer.bought[bin_id])}")
+        elif bin_id in starting:
+            inst = starting[bin_id]
+            waiting_on.append(f"{inst.id} ({inst.state.value.lower()}) to register")
+    if waiting_on:
+        return "waiting for " + ", ".join(sorted(set(waiting_on)))
+    # Fits on GPUs of agents already up, or one being taken back from draining: the next
+    # scheduling pass places it.
+    return "waiting for the next scheduling pass"
+
+
+def _top_up_min(buyer: _Buyer, live_count: int) -> None:
+    missing = buyer.pool.min_instances - live_count - len(buyer.bought)
+    if missing <= 0 or not buyer.offerings:
+        return
+    cheapest = min(buyer.offerings, key=lambda o: (o.hourly_price, not o.is_spot))
+    for _ in range(missing):
+        if buyer.refusal(cheapest) is not None:
+            return
+        buyer.buy(cheapest)
+
+
+def _launch_reason(pool: PoolPolicy, buyer: _Buyer, bin_id: str) -> str:
+    trial_ids = [t for t, _ in buyer.demand[bin_id]]
+    if not trial_ids:
+        return f"min_instances is {pool.min_instances}"
+    shown = ", ".join(trial_ids[:3]) + (" ..." if len(trial_ids) > 3 else "")
+    return f"demand of {len(trial_ids)} pending trial(s): {shown}"
+
+
+def _surplus(
+    pool: PoolPolicy, starting: Mapping[str, Instance], used: set[str], live_count: int
+) -> tuple[str, ...]:
+    """Starting records nothing needs and that can still be undone, keeping min_instances."""
+    undoable = [
+        i
+        for i in starting.values()
+        if i.id not in used
+        and (
+            i.state is InstanceState.QUEUED
+            or (i.state is InstanceState.REQUESTED and i.spot_request_id and not i.cloud_id)
+        )
+    ]
+    allowed = max(live_count - pool.min_instances, 0)
+    undoable.sort(key=lambda i: (i.state is not InstanceState.QUEUED, -i.created_at, i.id))
+    return tuple(i.id for i in undoable[:allowed])
+
+
+def _no_offering_reason(pool: PoolPolicy) -> str:
+    if not pool.offerings():
+        return f"pool {pool.name} has no instance type to launch"
+    if not pool.on_demand_fallback and all(o.is_spot for o in pool.offerings()):
+        return (
+            f"every spot offering of pool {pool.name} was recently refused by the cloud "
+            "and on_demand_fallback is off"
+        )
+    return f"every offering of pool {pool.name} was recently refused by the cloud"

@@ -1,0 +1,155 @@
+"""The reaper: which idle agents to drain, which drained ones to terminate or take back.
+
+Two steps, never one: an agent idle too long is first *drained* (IDLE -> DRAINING: the
+scheduler gives it no new work), and only on a later pass, once it is confirmed empty (no
+allocations on the record, no trial in its latest heartbeat), *terminated* (DRAINING ->
+TERMINATING). The pass in between lets a racing assignment or a late heartbeat show up, so a
+running trial is never killed to save money (Determined picked idle victims at random and,
+enforcing ``max_instances``, could kill busy ones).
+
+Counting for ``min_instances`` and ``max_instances``: an agent *stays* when it is IDLE or
+BUSY and has no interruption notice (``Instance.is_schedulable``). Starting instances
+(QUEUED/REQUESTED/ALLOCATED) do not count: they may never register, and draining a warm agent
+for one that fails to boot would leave the pool short. DRAINING, LOST and TERMINATING agents
+are on their way out and do not count either. The reaper never drains when that would leave
+fewer staying agents than ``min_instances``, and takes a drained-for-idleness agent back when
+the staying count has fallen below it (a BUSY agent was lost meanwhile).
+
+Never touched: BUSY agents, agents with allocations, agents whose latest heartbeat reports
+trials, and agents in ``reserved`` (capacity the planner counted for pending demand, e.g. one
+member of a gang). ``heartbeats`` is keyed by instance record id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from corral.domain.instance import Instance, InstanceState
+from corral.domain.policy import PoolPolicy
+from corral.domain.records import Heartbeat
+
+IS = InstanceState
+
+
+@dataclass(frozen=True, slots=True)
+class ReapDecision:
+    """Move ``instance`` to ``target``; ``reason`` goes to the event log and history."""
+
+    instance: Instance
+    target: InstanceState
+    reason: str
+
+    def apply(self, now: float) -> Instance:
+        """The record to write (conditionally on ``instance.version``)."""
+        return self.instance.transition(self.target, now, self.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class ReapPlan:
+    drain: tuple[ReapDecision, ...] = ()  # IDLE -> DRAINING
+    terminate: tuple[ReapDecision, ...] = ()  # DRAINING -> TERMINATING (then the cloud call)
+    undrain: tuple[ReapDecision, ...] = ()  # DRAINING -> IDLE
+
+    @property
+    def decisions(self) -> tuple[ReapDecision, ...]:
+        return (*self.drain, *self.terminate, *self.undrain)
+
+
+def idle_since(instance: Instance) -> float | None:
+    """When the agent last became idle: the field, else its history, else registration."""
+    if instance.idle_since is not None:
+        return instance.idle_since
+    entered = instance.entered_at(IS.IDLE)
+    return entered if entered is not None else instance.registered_at
+
+
+def has_work(instance: Instance, heartbeat: Heartbeat | None) -> bool:
+    """Trials on the record, or trials the agent itself still reports (a container that is
+    stopping or checkpointing holds its GPUs even after the record let go of it)."""
+    return bool(instance.allocations) or (heartbeat is not None and bool(heartbeat.trials))
+
+
+def plan_reaping(
+    pool: PoolPolicy,
+    instances: Sequence[Instance],
+    now: float,
+    *,
+    reserved: frozenset[str] = frozenset(),
+    heartbeats: Mapping[str, Heartbeat] | None = None,
+) -> ReapPlan:
+    """Plan one reaping pass over the records of ``pool`` (others are ignored)."""
+    beats = heartbeats or {}
+    mine = sorted((i for i in instances if i.pool == pool.name), key=lambda i: i.id)
+    floor = pool.min_instances
+    staying = sum(1 for i in mine if i.is_schedulable)
+
+    drain: list[ReapDecision] = []
+    terminate: list[ReapDecision] = []
+    undrain: list[ReapDecision] = []
+
+    # Drained agents first: taking one back raises the staying count the drains below use.
+    for inst in (i for i in mine if i.state is IS.DRAINING):
+        decision = _settle_draining(inst, beats.get(inst.id), reserved, staying < floor)
+        if decision is None:
+            continue
+        if decision.target is IS.IDLE:
+            undrain.append(decision)
+            staying += 1
+        else:
+            terminate.append(decision)
+
+    candidates = [
+        i
+        for i in mine
+        if i.state is IS.IDLE and i.id not in reserved and not has_work(i, beats.get(i.id))
+    ]
+    # Longest idle first; an agent with no known idle time counts as idle since now.
+    candidates.sort(key=lambda i: (_idle_from(i, now), i.id))
+
+    # An interruption notice: the agent goes away anyway; stop giving it work now.
+    for inst in (i for i in candidates if not i.is_schedulable):
+        drain.append(ReapDecision(inst, IS.DRAINING, "interruption notice: taking no new work"))
+    schedulable = [i for i in candidates if i.is_schedulable]
+
+    # max_instances lowered below the live count: drain the surplus now, idle time aside.
+    ceiling = max(pool.max_instances, floor)
+    while staying > ceiling and schedulable:
+        inst = schedulable.pop(0)
+        reason = f"{staying} agents stay, above max_instances {pool.max_instances}"
+        drain.append(ReapDecision(inst, IS.DRAINING, reason))
+        staying -= 1
+
+    for inst in schedulable:
+        idle_for = now - _idle_from(inst, now)
+        if staying <= floor or idle_for <= pool.max_idle_s:
+            # Sorted longest idle first, so no later agent has been idle longer either.
+            break
+        reason = f"idle for {idle_for:.0f}s, past max_idle_agent_period ({pool.max_idle_s:.0f}s)"
+        drain.append(ReapDecision(inst, IS.DRAINING, reason))
+        staying -= 1
+
+    return ReapPlan(tuple(drain), tuple(terminate), tuple(undrain))
+
+
+def _idle_from(instance: Instance, now: float) -> float:
+    since = idle_since(instance)
+    return now if since is None else since
+
+
+def _settle_draining(
+    inst: Instance, heartbeat: Heartbeat | None, reserved: frozenset[str], below_min: bool
+) -> ReapDecision | None:
+    """Terminate, take back, or (None) keep waiting for one DRAINING agent."""
+    for_idleness = inst.interruption_notice_at is None
+    if for_idleness and inst.allocations:
+        return ReapDecision(inst, IS.IDLE, "work was assigned while draining")
+    if for_idleness and inst.id in reserved:
+        return ReapDecision(inst, IS.IDLE, "taken back for pending demand")
+    if has_work(inst, heartbeat) or inst.id in reserved:
+        # Still running something (or the planner counts on it): not confirmed empty yet.
+        return None
+    if for_idleness and below_min:
+        return ReapDecision(inst, IS.IDLE, "taken back to keep min_instances")
+    why = "interrupted" if not for_idleness else "drained"
+    return ReapDecision(inst, IS.TERMINATING, f"{why} and confirmed empty")

@@ -1,0 +1,202 @@
+"""The decisions the reconciler emits, and its settings.
+
+Record decisions carry the record as read; ``apply(now)`` returns the record to write,
+conditionally on the read version, so a decision that lost a race simply fails its write
+and the next pass decides again. Cloud decisions name a cloud id or spot request that was in
+the owned listing (or on a record): the service passes them to the provider, whose calls are
+idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from corral.domain.cloud_view import CloudInstance
+from corral.domain.instance import Instance, InstanceState
+
+IS = InstanceState
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileSettings:
+    """Deadlines of the reconciler, in seconds. Defaults and where they come from:"""
+
+    # A freshly ALLOCATED instance may be missing from a listing for a while (EC2's
+    # DescribeInstances is eventually consistent).
+    listing_grace_s: float = 60.0
+    # An owned instance with no known record may be one whose record is being written;
+    # Determined terminates disconnected instances 10 minutes later.
+    orphan_grace_s: float = 600.0
+    # REQUESTED with nothing to show for it (Ray: 10 minutes to be allocated).
+    request_timeout_s: float = 600.0
+    # An open spot request that has not filled: give the offering up, try another.
+    spot_open_timeout_s: float = 300.0
+    # Agents heartbeat every few seconds; 90 s of silence is several missed beats.
+    heartbeat_timeout_s: float = 90.0
+    # A LOST agent may reconnect within this (network blip, agent restart).
+    lost_grace_s: float = 300.0
+    # Consecutive boot failures that open a pool's circuit breaker (Ray 5, ParallelCluster
+    # 10). The service passes it to ``backoff.on_boot_failure``.
+    breaker_threshold: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RecordDecision:
+    """A transition of one record to ``target``."""
+
+    target: ClassVar[InstanceState]
+    record: Instance
+    reason: str
+
+    def apply(self, now: float) -> Instance:
+        return self.record.transition(self.target, now, self.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkTerminated(RecordDecision):
+    """The cloud says the instance is gone: any state holding one -> TERMINATED. The service
+    requeues ``requeue_trials`` (PREEMPTED -> PENDING: infrastructure loss, no restart used)."""
+
+    target: ClassVar[InstanceState] = IS.TERMINATED
+    requeue_trials: tuple[str, ...] = ()
+
+    def apply(self, now: float) -> Instance:
+        return replace(RecordDecision.apply(self, now), allocations=())
+
+
+@dataclass(frozen=True, slots=True)
+class Adopt(RecordDecision):
+    """A launch whose record write was lost: REQUESTED -> ALLOCATED with the tagged instance."""
+
+    target: ClassVar[InstanceState] = IS.ALLOCATED
+    cloud: CloudInstance
+
+    def apply(self, now: float) -> Instance:
+        moved = RecordDecision.apply(self, now)
+        return replace(
+            moved,
+            cloud_id=self.cloud.cloud_id,
+            launched_at=self.cloud.launched_at,
+            spot_request_id=self.cloud.spot_request_id or moved.spot_request_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate(RecordDecision):
+    """-> TERMINATING, then the service terminates ``record.cloud_id``. ``boot_failure``
+    feeds the pool's circuit breaker."""
+
+    target: ClassVar[InstanceState] = IS.TERMINATING
+    boot_failure: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue(RecordDecision):
+    """REQUESTED -> QUEUED with a new attempt (a new idempotency token: the old one may have
+    created something, and reusing it would return that). ``counts_as_failure`` is False for
+    capacity/price refusals, which are not the record's fault."""
+
+    target: ClassVar[InstanceState] = IS.QUEUED
+    counts_as_failure: bool = True
+    # Offering key to remember as refused (a spot request that closed for capacity).
+    mark_unavailable: str | None = None
+
+    def apply(self, now: float) -> Instance:
+        return replace(
+            RecordDecision.apply(self, now),
+            attempt=self.record.attempt + 1,
+            cloud_id=None,
+            spot_request_id=None,
+            requested_at=None,
+            last_error=self.reason,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FailAllocation(RecordDecision):
+    """REQUESTED -> ALLOCATION_FAILED: attempts exhausted."""
+
+    target: ClassVar[InstanceState] = IS.ALLOCATION_FAILED
+
+    def apply(self, now: float) -> Instance:
+        return replace(RecordDecision.apply(self, now), last_error=self.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkLost(RecordDecision):
+    """Heartbeats stopped: -> LOST. The service preempts the agent's trials."""
+
+    target: ClassVar[InstanceState] = IS.LOST
+
+
+@dataclass(frozen=True, slots=True)
+class Recover(RecordDecision):
+    """A LOST agent heartbeats again, with nothing running: LOST -> IDLE."""
+
+    target: ClassVar[InstanceState] = IS.IDLE
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateCloud:
+    """Terminate an owned cloud instance without a record transition (orphans, strays,
+    stopped instances, and re-issuing a TERMINATING record's call)."""
+
+    cloud_id: str
+    pool: str
+    record_id: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelSpotRequest:
+    """Cancel an owned spot request; ``mark_unavailable`` is the offering key to remember as
+    refused (capacity or price), if any."""
+
+    request_id: str
+    pool: str
+    record_id: str | None
+    reason: str
+    mark_unavailable: str | None = None
+
+
+Decision = (
+    MarkTerminated
+    | Adopt
+    | Terminate
+    | Requeue
+    | FailAllocation
+    | MarkLost
+    | Recover
+    | TerminateCloud
+    | CancelSpotRequest
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilePlan:
+    decisions: tuple[Decision, ...] = ()
+
+    @property
+    def record_decisions(self) -> tuple[RecordDecision, ...]:
+        return tuple(d for d in self.decisions if isinstance(d, RecordDecision))
+
+    @property
+    def cloud_ids_to_terminate(self) -> tuple[str, ...]:
+        """Every cloud call to make: TerminateCloud ids and Terminate records' ids."""
+        ids = [d.cloud_id for d in self.decisions if isinstance(d, TerminateCloud)]
+        ids += [
+            d.record.cloud_id
+            for d in self.decisions
+            if isinstance(d, Terminate) and d.record.cloud_id
+        ]
+        return tuple(dict.fromkeys(ids))
+
+    @property
+    def boot_failures_by_pool(self) -> Mapping[str, int]:
+        counts: dict[str, int] = {}
+        for d in self.decisions:
+            if isinstance(d, Terminate) and d.boot_failure:
+                counts[d.record.pool] = counts.get(d.record.pool, 0) + 1
+        return counts

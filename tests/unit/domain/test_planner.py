@@ -1,0 +1,182 @@
+"""The planner's rules, one case each."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from corral.domain.instance import InstanceState
+from corral.domain.offerings import CapacityMemory
+from corral.domain.planner import infeasible_reason, plan_pool
+from corral.domain.records import PoolState
+
+from .fleet import ON_DEMAND, SPOT, agent, offering, pending, pool
+
+ONE = offering("g.1", 1, 1.0)
+FOUR = offering("g.4", 4, 3.5)
+NOW = 1_000.0
+
+
+def state(**kw: object) -> PoolState:
+    return replace(PoolState("gpu"), **kw)  # type: ignore[arg-type]
+
+
+def types(plan) -> list[str]:  # type: ignore[no-untyped-def]
+    return sorted(launch.offering.instance_type for launch in plan.launches)
+
+
+def test_launches_for_unplaced_demand_at_the_lowest_price_per_useful_gpu() -> None:
+    three = [pending(f"t{i}") for i in range(3)]
+    plan = plan_pool(pool(ONE, FOUR), three, [], state(), NOW)
+    assert types(plan) == ["g.1", "g.1", "g.1"]  # $1/GPU beats $3.5 for 3 useful GPUs
+    four = [pending(f"t{i}") for i in range(4)]
+    plan = plan_pool(pool(ONE, FOUR), four, [], state(), NOW)
+    assert types(plan) == ["g.4"]  # $0.875 per useful GPU
+    assert sorted(plan.launches[0].trial_ids) == ["t0", "t1", "t2", "t3"]
+
+
+def test_counts_instances_already_on_their_way() -> None:
+    starting = [
+        replace(agent("q", 1, state=InstanceState.QUEUED), planned_for=(("t0", 1),)),
+        agent("r", 1, state=InstanceState.REQUESTED),
+        agent("al", 1, state=InstanceState.ALLOCATED),
+    ]
+    trials = [pending(f"t{i}") for i in range(4)]
+    plan = plan_pool(pool(ONE), trials, starting, state(), NOW)
+    assert len(plan.launches) == 1
+    assert plan.launches[0].planned_for == (("t3", 1),)
+    assert plan.pending_reasons["t0"] == "waiting for q (queued) to register"
+    assert plan.pending_reasons["t1"] == "waiting for al (allocated) to register"
+    assert plan.pending_reasons["t3"] == "waiting for a new g.1 (spot, subnet-a)"
+
+
+def test_never_above_max_instances() -> None:
+    trials = [pending(f"t{i}") for i in range(3)]
+    plan = plan_pool(pool(ONE, max_instances=2), trials, [], state(), NOW)
+    assert len(plan.launches) == 2
+    assert "max_instances (2)" in plan.pending_reasons["t2"]
+
+
+def test_gang_launches_all_its_instances_or_none() -> None:
+    plan = plan_pool(pool(FOUR, max_instances=2), [pending("gang", 12)], [], state(), NOW)
+    assert plan.launches == ()
+    assert "max_instances" in plan.pending_reasons["gang"]
+    plan = plan_pool(pool(FOUR, max_instances=3), [pending("gang", 12)], [], state(), NOW)
+    assert types(plan) == ["g.4", "g.4", "g.4"]
+
+
+def test_a_gang_is_bought_whole_and_its_leftover_serves_smaller_trials() -> None:
+    plan = plan_pool(pool(FOUR), [pending("gang", 6), pending("small", 2)], [], state(), NOW)
+    assert types(plan) == ["g.4", "g.4"]
+    assert [launch.planned_for for launch in plan.launches] == [
+        (("gang", 4),),
+        (("gang", 2), ("small", 2)),
+    ]
+
+
+def test_planning_the_same_demand_again_launches_nothing() -> None:
+    trials = [pending("gang", 6), pending("small", 1)]
+    first = plan_pool(pool(ONE, FOUR), trials, [], state(), NOW)
+    queued = [
+        replace(
+            agent(
+                f"q{n}",
+                launch.offering.slots,
+                state=InstanceState.QUEUED,
+                instance_type=launch.offering.instance_type,
+            ),
+            planned_for=launch.planned_for,
+        )
+        for n, launch in enumerate(first.launches)
+    ]
+    again = plan_pool(pool(ONE, FOUR), trials, queued, state(), NOW)
+    assert again.launches == ()
+    assert again.surplus == ()
+
+
+def test_takes_back_an_agent_drained_for_idleness_instead_of_launching() -> None:
+    drained = agent("drained", 1, state=InstanceState.DRAINING)
+    plan = plan_pool(pool(ONE), [pending("t1")], [drained], state(), NOW)
+    assert plan.launches == ()
+    assert plan.reserved == {"drained"}
+
+
+def test_never_reuses_an_agent_under_interruption_notice() -> None:
+    doomed = replace(agent("doomed", 1, state=InstanceState.DRAINING), interruption_notice_at=NOW)
+    plan = plan_pool(pool(ONE), [pending("t1")], [doomed], state(), NOW)
+    assert len(plan.launches) == 1
+
+
+def test_skips_offerings_the_cloud_recently_refused_and_falls_back_to_on_demand() -> None:
+    spot = offering("g.1", 1, 0.4, SPOT)
+    od = offering("g.1", 1, 1.0, ON_DEMAND)
+    memory = CapacityMemory()
+    memory.mark_unavailable(spot.key, NOW, 180)
+    plan = plan_pool(pool(spot, od), [pending("t1")], [], state(capacity=memory), NOW)
+    assert [launch.offering for launch in plan.launches] == [od]
+    # Once the memory expires, spot is preferred again.
+    later = plan_pool(pool(spot, od), [pending("t1")], [], state(capacity=memory), NOW + 181)
+    assert [launch.offering for launch in later.launches] == [spot]
+
+
+def test_no_fallback_means_waiting_with_a_reason() -> None:
+    spot = offering("g.1", 1, 0.4, SPOT)
+    memory = CapacityMemory()
+    memory.mark_unavailable(spot.key, NOW, 180)
+    plan = plan_pool(
+        pool(spot, on_demand_fallback=False), [pending("t1")], [], state(capacity=memory), NOW
+    )
+    assert plan.launches == ()
+    assert "on_demand_fallback is off" in plan.pending_reasons["t1"]
+
+
+def test_tops_up_min_instances_with_the_cheapest_offering() -> None:
+    plan = plan_pool(pool(ONE, FOUR, min_instances=2), [], [agent("a", 4)], state(), NOW)
+    assert types(plan) == ["g.1"]
+    assert "min_instances" in plan.launches[0].reason
+
+
+def test_monthly_budget_caps_launches() -> None:
+    plan = plan_pool(
+        pool(ONE, monthly_budget_usd=100.0),
+        [pending("t1")],
+        [],
+        state(),
+        NOW,
+        month_to_date_usd=99.5,
+    )
+    assert plan.launches == ()
+    assert "monthly budget" in plan.pending_reasons["t1"]
+    plan = plan_pool(
+        pool(ONE, monthly_budget_usd=100.0),
+        [pending("t1")],
+        [],
+        state(),
+        NOW,
+        month_to_date_usd=10.0,
+    )
+    assert len(plan.launches) == 1
+
+
+def test_a_backed_off_pool_launches_nothing_and_says_why() -> None:
+    backed = state(
+        backoff_until=NOW + 60, backoff_failures=1, backoff_reason="VcpuLimitExceeded in us-east-1"
+    )
+    plan = plan_pool(pool(ONE, min_instances=1), [pending("t1")], [], backed, NOW)
+    assert plan.launches == ()
+    assert "VcpuLimitExceeded in us-east-1" in plan.pending_reasons["t1"]
+
+
+def test_queued_records_nobody_needs_are_surplus() -> None:
+    queued = agent("q", 1, state=InstanceState.QUEUED)
+    requested_spot = replace(agent("r", 1, state=InstanceState.REQUESTED), spot_request_id="sir-1")
+    plan = plan_pool(pool(ONE), [], [queued, requested_spot], state(), NOW)
+    assert set(plan.surplus) == {"q", "r"}
+    plan = plan_pool(pool(ONE, min_instances=1), [], [queued, requested_spot], state(), NOW)
+    assert len(plan.surplus) == 1
+
+
+def test_infeasible_trials_are_named_at_submit_time() -> None:
+    assert infeasible_reason(8, pool(FOUR, max_instances=2)) is None
+    reason = infeasible_reason(9, pool(FOUR, max_instances=2))
+    assert reason == "needs 9 GPUs but pool gpu holds at most 8 (2 instances x 4 GPUs)"
+    assert infeasible_reason(1, pool()) == "pool gpu has no instance type to launch"
