@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from corral.domain.errors import LaunchErrorClass
@@ -155,8 +156,10 @@ def pending_reason(
     if is_breaker_open(state, now, cooldown_s):
         return f"waiting: launches stopped: {state.breaker_reason or 'boot failures'}"
     if is_backed_off(state, now):
-        wait = state.backoff_until - now
-        return f"waiting: {state.backoff_reason or 'launch errors'} (retry in {wait:.0f}s)"
+        # An absolute time, not a countdown: the reason stays the same from one pass to the
+        # next, so it is written to the pending trials once, not on every pass.
+        until = datetime.fromtimestamp(state.backoff_until, tz=UTC).strftime("%H:%M:%S UTC")
+        return f"waiting: {state.backoff_reason or 'launch errors'} (pool backed off until {until})"
     return None
 
 

@@ -168,14 +168,13 @@ def plan_pool(
     reasons: dict[str, str] = {}
 
     # 1. Trials covered by an instance launched for them.
+    blocked = pool_blocked_reason(state, now)
     claimed: Counter[str] = Counter()
     for inst in starting.values():
         for trial_id, gpus in inst.planned_for:
             if trial_id in waiting:
                 claimed[inst.id] += gpus
-                reasons[trial_id] = (
-                    f"waiting for {inst.id} ({inst.state.value.lower()}) to register"
-                )
+                reasons[trial_id] = _starting_reason(inst, blocked)
     covered = set(reasons)
 
     # 2. Room on what exists or is coming.
@@ -191,7 +190,6 @@ def plan_pool(
         elif inst.id in starting and claimed[inst.id] < inst.slots:
             index.add(_bin(inst, range(claimed[inst.id], inst.slots), hypothetical=True))
 
-    blocked = pool_blocked_reason(state, now)
     buyer = _Buyer(
         pool=pool,
         headroom=max(pool.max_instances - len(live), 0),
@@ -260,13 +258,21 @@ def _waiting_reason(
             buyer.demand[bin_id].append((trial.id, len(gpus)))
             waiting_on.append(f"a new {_describe(buyer.bought[bin_id])}")
         elif bin_id in starting:
-            inst = starting[bin_id]
-            waiting_on.append(f"{inst.id} ({inst.state.value.lower()}) to register")
+            waiting_on.append(_starting_reason(starting[bin_id], None).removeprefix("waiting for "))
     if waiting_on:
         return "waiting for " + ", ".join(sorted(set(waiting_on)))
     # Fits on GPUs of agents already up, or one being taken back from draining: the next
     # scheduling pass places it.
     return "waiting for the next scheduling pass"
+
+
+def _starting_reason(inst: Instance, blocked: str | None) -> str:
+    if inst.state is InstanceState.QUEUED:
+        return blocked or f"waiting for {inst.id} to be launched"
+    if inst.state is InstanceState.REQUESTED:
+        what = "spot request to be filled" if inst.spot_request_id else "launch to complete"
+        return f"waiting for {inst.id}: {what}"
+    return f"waiting for {inst.id} to boot and register"
 
 
 def _top_up_min(buyer: _Buyer, live_count: int) -> None:

@@ -44,8 +44,8 @@ def test_counts_instances_already_on_their_way() -> None:
     plan = plan_pool(pool(ONE), trials, starting, state(), NOW)
     assert len(plan.launches) == 1
     assert plan.launches[0].planned_for == (("t3", 1),)
-    assert plan.pending_reasons["t0"] == "waiting for q (queued) to register"
-    assert plan.pending_reasons["t1"] == "waiting for al (allocated) to register"
+    assert plan.pending_reasons["t0"] == "waiting for q to be launched"
+    assert plan.pending_reasons["t1"] == "waiting for al to boot and register"
     assert plan.pending_reasons["t3"] == "waiting for a new g.1 (spot, subnet-a)"
 
 

@@ -1,0 +1,150 @@
+"""The agent protocol: what an agent sends the control plane and what it gets back.
+
+This module is the contract between ``agent_runtime`` and the ``api`` function; both import
+it, and it imports nothing but pydantic, so the agent never depends on control-plane
+internals. Every field has a default or a clear type so either side can be upgraded first.
+
+Flow: the agent proves its identity and registers its GPUs (``RegisterRequest``), then
+heartbeats every few seconds (``HeartbeatRequest``); each reply (``HeartbeatResponse``)
+carries the trials to start (with everything needed to run them), the trials to stop, and
+whether to drain. State changes of a trial and its log lines are sent as they happen.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class IdentityKind(StrEnum):
+    EC2 = "ec2"  # IMDSv2 instance identity document + its PKCS7 signature
+    GCE = "gce"  # a metadata-server identity token (JWT) with our audience
+    DEV = "dev"  # the local stack: a token handed out by the instance emulator
+
+
+class Identity(_Model):
+    kind: IdentityKind
+    document: str = Field(description="Identity document (EC2), identity JWT (GCE) or dev token")
+    signature: str | None = Field(default=None, description="PKCS7 signature (EC2 only)")
+
+
+class GpuInfo(_Model):
+    index: int = Field(ge=0)
+    uuid: str
+    name: str
+    memory_mib: int = Field(ge=0)
+
+
+class RegisterRequest(_Model):
+    protocol: int = PROTOCOL_VERSION
+    cloud_id: str = Field(min_length=1, description="EC2 instance id or GCE instance name")
+    record_id: str | None = Field(default=None, description="Corral record id from the tags")
+    identity: Identity
+    instance_type: str
+    zone: str
+    capacity_type: str = "on-demand"
+    private_ip: str | None = None
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    agent_version: str = "0"
+
+
+class RegisterResponse(_Model):
+    agent_id: str
+    heartbeat_interval_s: float = 5.0
+    log_batch_max_lines: int = 500
+    dead_man_switch_s: float = 600.0
+
+
+class GpuMetric(_Model):
+    index: int
+    utilization_pct: float = Field(ge=0, le=100)
+    memory_used_mib: float = Field(ge=0)
+
+
+class AgentTrialState(StrEnum):
+    """A trial as the agent sees it. The control plane maps these onto its state machine."""
+
+    STARTING = "starting"  # pulling the image, creating the container
+    RUNNING = "running"
+    EXITED = "exited"  # the process ended by itself: see exit_code
+    PREEMPTED = "preempted"  # stopped for an interruption notice after checkpointing
+    STOPPED = "stopped"  # stopped because the control plane asked
+
+
+class TrialStatus(_Model):
+    trial_id: str
+    state: AgentTrialState
+    exit_code: int | None = None
+    latest_checkpoint: str | None = None
+    message: str | None = None
+
+
+class HeartbeatRequest(_Model):
+    trials: list[TrialStatus] = Field(default_factory=list)
+    gpu_metrics: list[GpuMetric] = Field(default_factory=list)
+    draining: bool = False
+    interruption_notice: bool = Field(
+        default=False, description="The agent saw a spot/preemption notice in the metadata"
+    )
+
+
+class BindMount(_Model):
+    host_path: str
+    container_path: str
+    read_only: bool = False
+
+
+class Rendezvous(_Model):
+    """torch.distributed settings for a trial spread over several agents."""
+
+    master_addr: str
+    master_port: int = 29500
+    world_size: int  # GPUs in all (one process per GPU)
+    node_rank: int
+    nnodes: int
+    local_world_size: int
+
+
+class CheckpointSpec(_Model):
+    storage_uri: str = Field(description="s3://bucket/prefix/..., gs://..., or file:///dir")
+    latest: str | None = Field(default=None, description="Checkpoint to resume from, if any")
+
+
+class TrialAssignment(_Model):
+    trial_id: str
+    experiment_id: str
+    image: str | None = None
+    entrypoint: list[str]
+    gpus: list[int] = Field(description="Device indices on this agent")
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    environment: dict[str, str] = Field(default_factory=dict)
+    bind_mounts: list[BindMount] = Field(default_factory=list)
+    checkpoint: CheckpointSpec
+    rendezvous: Rendezvous | None = None
+    run_as_uid: int | None = None
+    run_as_gid: int | None = None
+
+
+class HeartbeatResponse(_Model):
+    start: list[TrialAssignment] = Field(default_factory=list)
+    stop: list[str] = Field(default_factory=list, description="Trial ids to stop now")
+    drain: bool = False
+
+
+class LogLineIn(_Model):
+    seq: int = Field(ge=0)
+    at: float
+    line: str = Field(max_length=16_384)
+    stream: str = "stdout"
+
+
+class LogBatch(_Model):
+    lines: list[LogLineIn] = Field(max_length=5_000)

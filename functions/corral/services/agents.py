@@ -1,0 +1,295 @@
+"""The agent protocol on the control-plane side: register, heartbeat, trial status, logs.
+
+The caller (the API handler) has already verified the agent's identity document and passes
+the cloud id it proves; every call is checked against the record it names, so an agent can
+only ever act on its own record and the trials assigned to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import replace
+
+from corral.api.schemas.agent import (
+    AgentTrialState,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    LogBatch,
+    RegisterRequest,
+    RegisterResponse,
+    TrialStatus,
+)
+from corral.domain.backoff import on_boot_failure, on_registration
+from corral.domain.errors import ConflictError
+from corral.domain.instance import Instance, InstanceState
+from corral.domain.records import Event, EventKind, Heartbeat, LogLine, TrialReport
+from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
+from corral.services.assignments import build_assignment
+from corral.services.context import Context
+from corral.services.fleet import terminate, wake_scheduler
+from corral.services.trial_moves import move_off_gpus, requeue
+
+
+class AgentError(Exception):
+    """A refused agent call; ``status`` is the HTTP status the API answers with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> RegisterResponse:
+    if request.cloud_id != proven_cloud_id:
+        raise AgentError(403, "the identity document is for another instance")
+    now = ctx.clock.now()
+    for _ in range(3):
+        record = _record_for(ctx, request)
+        if record.state in (InstanceState.IDLE, InstanceState.BUSY):
+            updated = replace(record, address=request.private_ip or record.address)
+        elif record.state in (InstanceState.ALLOCATED, InstanceState.LOST):
+            if len(request.gpus) < record.slots:
+                _reject_short_of_gpus(ctx, record, len(request.gpus))
+            updated = replace(
+                record.transition(
+                    InstanceState.IDLE, now, f"agent registered {len(request.gpus)} GPU(s)"
+                ),
+                registered_at=record.registered_at or now,
+                address=request.private_ip,
+            )
+        else:
+            raise AgentError(409, f"instance record {record.id} is {record.state.value}: shut down")
+        state = ctx.store.pool_state(record.pool)
+        fresh = on_registration(state)
+        try:
+            ctx.store.commit([updated] if fresh is state else [updated, fresh])
+        except ConflictError:
+            continue
+        if updated.state is not record.state:
+            ctx.store.append_events(
+                [
+                    Event(
+                        now,
+                        EventKind.AGENT_REGISTERED,
+                        f"{request.cloud_id} with {len(request.gpus)} GPU(s)",
+                        pool=record.pool,
+                        instance_id=record.id,
+                    )
+                ]
+            )
+            wake_scheduler(ctx, f"{record.id} registered")
+        return RegisterResponse(
+            agent_id=record.id,
+            heartbeat_interval_s=ctx.settings.heartbeat_interval_s,
+            dead_man_switch_s=ctx.settings.dead_man_switch_s,
+        )
+    raise AgentError(409, "the record kept changing; retry")
+
+
+def _record_for(ctx: Context, request: RegisterRequest) -> Instance:
+    record = ctx.store.instance_by_cloud_id(request.cloud_id)
+    if record is not None:
+        return record
+    # The launch crashed before it recorded the cloud id: adopt by the record tag, as
+    # reconcile would, so the agent need not wait for the next reconcile pass.
+    if request.record_id:
+        pending = ctx.store.get_instance(request.record_id)
+        if (
+            pending is not None
+            and pending.state is InstanceState.REQUESTED
+            and not pending.cloud_id
+        ):
+            now = ctx.clock.now()
+            adopted = replace(
+                pending.transition(InstanceState.ALLOCATED, now, "adopted at registration"),
+                cloud_id=request.cloud_id,
+                launched_at=pending.requested_at or now,
+            )
+            try:
+                (stored,) = ctx.store.commit([adopted])
+            except ConflictError as exc:
+                raise AgentError(409, "the record changed; retry") from exc
+            assert isinstance(stored, Instance)
+            return stored
+    raise AgentError(404, f"{request.cloud_id} is not an instance Corral launched")
+
+
+def _reject_short_of_gpus(ctx: Context, record: Instance, found: int) -> None:
+    """Never register a zero-GPU agent (Determined launched, idled and reaped those in a
+    loop): terminate it and count it against the pool's breaker."""
+    reason = f"agent found {found} GPU(s), {record.offering.instance_type} has {record.slots}"
+    state, opened = on_boot_failure(
+        ctx.store.pool_state(record.pool), ctx.clock.now(), ctx.settings.reconcile.breaker_threshold
+    )
+    with contextlib.suppress(ConflictError):
+        ctx.store.commit([state])
+    if opened:
+        ctx.store.append_events(
+            [Event(ctx.clock.now(), EventKind.BREAKER_OPEN, opened, pool=record.pool)]
+        )
+    terminate(ctx, record, reason, EventKind.INSTANCE_TERMINATING)
+    raise AgentError(422, reason)
+
+
+def _own_record(ctx: Context, agent_id: str, proven_cloud_id: str) -> Instance:
+    record = ctx.store.get_instance(agent_id)
+    if record is None or record.cloud_id != proven_cloud_id:
+        raise AgentError(403, f"agent {agent_id} does not belong to {proven_cloud_id}")
+    return record
+
+
+def heartbeat(
+    ctx: Context, agent_id: str, proven_cloud_id: str, request: HeartbeatRequest
+) -> HeartbeatResponse:
+    record = _own_record(ctx, agent_id, proven_cloud_id)
+    now = ctx.clock.now()
+    ctx.store.put_heartbeat(
+        Heartbeat(
+            instance_id=record.id,
+            at=now,
+            trials=tuple(
+                TrialReport(t.trial_id, t.state.value, t.exit_code, t.latest_checkpoint)
+                for t in request.trials
+            ),
+            gpu_utilization=tuple(m.utilization_pct for m in request.gpu_metrics),
+            gpu_memory_used_mib=tuple(m.memory_used_mib for m in request.gpu_metrics),
+            draining=request.draining,
+        )
+    )
+    if request.interruption_notice and record.interruption_notice_at is None:
+        from corral.services.interruptions import NoticeKind, on_interruption_notice
+
+        on_interruption_notice(ctx, proven_cloud_id, NoticeKind.INTERRUPTION)
+    for status in request.trials:
+        report_trial_status(ctx, agent_id, proven_cloud_id, status)
+    return _orders(ctx, _own_record(ctx, agent_id, proven_cloud_id), request.trials)
+
+
+def _orders(ctx: Context, record: Instance, reported: Sequence[TrialStatus]) -> HeartbeatResponse:
+    known = {t.trial_id for t in reported}
+    running_there = {
+        t.trial_id
+        for t in reported
+        if t.state in (AgentTrialState.STARTING, AgentTrialState.RUNNING)
+    }
+    start = []
+    mine = set(record.trial_ids)
+    stopping: set[str] = set()
+    for trial_id in record.trial_ids:
+        trial = ctx.store.get_trial(trial_id)
+        if trial is None:
+            continue
+        if trial.state is TrialState.STOPPING:
+            stopping.add(trial_id)
+        elif trial.state is TrialState.ASSIGNED and trial_id not in known:
+            assignment = build_assignment(ctx, trial, record.id)
+            if assignment is not None:
+                start.append(assignment)
+    stop = sorted((running_there - mine) | (stopping & running_there))
+    return HeartbeatResponse(start=start, stop=stop, drain=record.state is InstanceState.DRAINING)
+
+
+def report_trial_status(
+    ctx: Context, agent_id: str, proven_cloud_id: str, status: TrialStatus
+) -> Trial | None:
+    """Apply what the agent saw happen to a trial. Reports about trials that are no longer
+    this agent's are ignored (the heartbeat reply tells the agent to stop them)."""
+    for _ in range(3):
+        record = _own_record(ctx, agent_id, proven_cloud_id)
+        trial = ctx.store.get_trial(status.trial_id)
+        if (
+            trial is None
+            or trial.placement is None
+            or record.id not in trial.placement.instance_ids
+        ):
+            return None
+        new_checkpoint = bool(status.latest_checkpoint) and (
+            status.latest_checkpoint != trial.latest_checkpoint
+        )
+        if new_checkpoint:
+            trial = replace(trial, latest_checkpoint=status.latest_checkpoint)
+        records = _apply_status(ctx, trial, status, record, new_checkpoint)
+        if not records:
+            return trial
+        try:
+            stored = ctx.store.commit(records)
+        except ConflictError:
+            continue
+        moved = next(r for r in stored if isinstance(r, Trial))
+        if moved.state is not TrialState.RUNNING:
+            wake_scheduler(ctx, f"{moved.id} left its GPUs")
+        ctx.store.append_events(
+            [
+                Event(
+                    ctx.clock.now(),
+                    EventKind.TRIAL_STATE,
+                    f"{moved.state.value}: {status.message or status.state.value}",
+                    pool=moved.pool,
+                    trial_id=moved.id,
+                    experiment_id=moved.experiment_id,
+                    instance_id=record.id,
+                )
+            ]
+        )
+        return moved
+    return None
+
+
+def _apply_status(
+    ctx: Context, trial: Trial, status: TrialStatus, record: Instance, new_checkpoint: bool
+) -> list[Trial | Instance]:
+    now = ctx.clock.now()
+    agents = (
+        {i: ctx.store.get_instance(i) for i in trial.placement.instance_ids}
+        if trial.placement
+        else {}
+    )
+    instances = {k: v for k, v in agents.items() if v is not None}
+    state = status.state
+    if state in (AgentTrialState.STARTING, AgentTrialState.RUNNING):
+        if trial.state is TrialState.ASSIGNED and state is AgentTrialState.RUNNING:
+            return [trial.transition(TrialState.RUNNING, now, f"running on {record.id}")]
+        return [trial] if new_checkpoint else []
+    if trial.state not in HOLDS_GPUS:
+        return []
+    if trial.state is TrialState.STOPPING:
+        moved, freed = move_off_gpus(trial, TrialState.CANCELLED, instances, now, "stopped")
+    elif state is AgentTrialState.EXITED and status.exit_code == 0:
+        is_rank0 = trial.placement is not None and trial.placement.instance_ids[0] == record.id
+        if not is_rank0:
+            return []  # the trial is done when rank 0 is done
+        if trial.state is TrialState.ASSIGNED:
+            trial = trial.transition(TrialState.RUNNING, now, "started")
+        moved, freed = move_off_gpus(trial, TrialState.COMPLETED, instances, now, "exit code 0")
+        moved = replace(moved, exit_code=0)
+    elif state is AgentTrialState.EXITED:
+        moved, freed = _user_error(trial, instances, now, status.exit_code)
+    else:  # PREEMPTED, or STOPPED without being asked: infrastructure, not the user's fault
+        moved, freed = requeue(trial, instances, now, f"{state.value} on {record.id}")
+    return [moved, *freed]
+
+
+def _user_error(
+    trial: Trial, instances: dict[str, Instance], now: float, exit_code: int | None
+) -> tuple[Trial, list[Instance]]:
+    """A non-zero exit is the user's: run again from the checkpoint while restarts last."""
+    retry = trial.restarts < trial.max_restarts
+    target = TrialState.PENDING if retry else TrialState.FAILED
+    moved, freed = move_off_gpus(trial, target, instances, now, f"exit code {exit_code}")
+    return replace(moved, restarts=moved.restarts + int(retry), exit_code=exit_code), freed
+
+
+def append_logs(
+    ctx: Context, agent_id: str, proven_cloud_id: str, trial_id: str, batch: LogBatch
+) -> int:
+    record = _own_record(ctx, agent_id, proven_cloud_id)
+    trial = ctx.store.get_trial(trial_id)
+    if trial is None:
+        raise AgentError(404, f"no trial {trial_id}")
+    if record.id not in trial.ran_on:
+        raise AgentError(403, f"trial {trial_id} never ran on {agent_id}")
+    ctx.store.append_logs(
+        [LogLine(trial_id, line.seq, line.at, line.line, line.stream) for line in batch.lines]
+    )
+    return len(batch.lines)

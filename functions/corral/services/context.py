@@ -1,0 +1,69 @@
+"""What every service needs: the ports, the pools, and the settings. Built once per container
+by the composition module of each runtime (Lambda, Cloud Functions, local stack, simulator)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from corral.domain.policy import PoolPolicy
+from corral.domain.reconcile_decisions import ReconcileSettings
+from corral.ports.clock import Clock
+from corral.ports.cloud import CloudProvider
+from corral.ports.queue import Queue
+from corral.ports.store import Store
+
+
+class IdSource(Protocol):
+    def new(self, prefix: str) -> str: ...
+
+
+class RandomIds:
+    """Short random ids: unique enough for records, short enough for EC2 ClientToken (64)."""
+
+    def new(self, prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+@dataclass
+class SequentialIds:
+    """Deterministic ids for tests and the simulator."""
+
+    counter: int = 0
+
+    def new(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}-{self.counter:06d}"
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    # A QUEUED record whose launch message was sent longer ago than this gets it again
+    # (the send may have been lost with the function that wrote the record).
+    redrive_after_s: float = 120.0
+    heartbeat_interval_s: float = 5.0
+    dead_man_switch_s: float = 600.0
+    # Where checkpoints go when neither the experiment nor the cluster names a place.
+    default_checkpoint_uri: str = "file:///tmp/corral-checkpoints"
+    # Commit size limit (DynamoDB TransactWriteItems takes at most 100 items).
+    max_commit: int = 100
+
+
+@dataclass
+class Context:
+    store: Store
+    cloud: CloudProvider
+    queue: Queue
+    clock: Clock
+    pools: Mapping[str, PoolPolicy]
+    default_pool: str
+    ids: IdSource = field(default_factory=RandomIds)
+    rng: random.Random = field(default_factory=random.Random)
+    settings: ServiceSettings = field(default_factory=ServiceSettings)
+
+    def pool(self, name: str) -> PoolPolicy | None:
+        return self.pools.get(name)

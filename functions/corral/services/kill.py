@@ -1,0 +1,68 @@
+"""Killing experiments and trials: nothing left to run, and running containers stopped.
+
+A trial on an agent goes to STOPPING; the agent is told on its next heartbeat and the trial
+is CANCELLED when the agent confirms (or when the agent is lost). Trials not on an agent are
+CANCELLED at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from corral.domain.errors import ConflictError, NotFoundError
+from corral.domain.records import Event, EventKind, Experiment
+from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
+from corral.services.context import Context
+
+
+def kill_experiment(ctx: Context, experiment_id: str) -> Experiment:
+    experiment = ctx.store.get_experiment(experiment_id)
+    if experiment is None:
+        raise NotFoundError(f"no experiment {experiment_id}")
+    now = ctx.clock.now()
+    if experiment.killed_at is None:
+        try:
+            (stored,) = ctx.store.commit([replace(experiment, killed_at=now)])
+            assert isinstance(stored, Experiment)
+            experiment = stored
+        except ConflictError:
+            experiment = ctx.store.get_experiment(experiment_id) or experiment
+        ctx.store.append_events(
+            [
+                Event(
+                    now,
+                    EventKind.EXPERIMENT_KILLED,
+                    "killed by user",
+                    pool=experiment.pool,
+                    experiment_id=experiment_id,
+                )
+            ]
+        )
+    for trial in ctx.store.trials(experiment_id=experiment_id):
+        kill_trial(ctx, trial)
+    return experiment
+
+
+def kill_trial(ctx: Context, trial: Trial) -> Trial:
+    for _ in range(3):
+        if not trial.is_active or trial.state is TrialState.STOPPING:
+            return trial
+        now = ctx.clock.now()
+        if trial.state in HOLDS_GPUS:
+            target = trial.transition(TrialState.STOPPING, now, "killed by user")
+        elif trial.state is TrialState.PENDING:
+            target = trial.transition(TrialState.CANCELLED, now, "killed by user")
+        else:  # PREEMPTED: holds no GPUs, nothing to stop
+            target = trial.transition(TrialState.STOPPING, now, "killed by user").transition(
+                TrialState.CANCELLED, now, "nothing was running"
+            )
+        try:
+            (stored,) = ctx.store.commit([target])
+            assert isinstance(stored, Trial)
+            return stored
+        except ConflictError:
+            fresh = ctx.store.get_trial(trial.id)
+            if fresh is None:
+                return trial
+            trial = fresh
+    return trial

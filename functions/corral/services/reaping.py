@@ -1,0 +1,80 @@
+"""The idle reaper (timer): drain agents idle past max_idle_agent_period, confirm them
+empty, terminate them; longest idle first, never below min_instances, never a busy agent,
+never one the pending demand counts on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from corral.domain.errors import ConflictError
+from corral.domain.instance import LIVE_STATES, InstanceState
+from corral.domain.reaper import plan_reaping
+from corral.domain.records import Event, EventKind
+from corral.domain.trial import TrialState
+from corral.services.context import Context
+from corral.services.fleet import terminate, wake_scheduler
+from corral.services.scheduling import plan_all
+
+
+@dataclass
+class ReapReport:
+    drained: list[str] = field(default_factory=list)
+    undrained: list[str] = field(default_factory=list)
+    terminated: list[str] = field(default_factory=list)
+
+
+def run_idle_reap(ctx: Context) -> ReapReport:
+    report = ReapReport()
+    now = ctx.clock.now()
+    live = ctx.store.instances(states=LIVE_STATES)
+    _, plans = plan_all(ctx, ctx.store.trials(states={TrialState.PENDING}), live)
+    heartbeats = ctx.store.heartbeats([i.id for i in live])
+    for name, pool in ctx.pools.items():
+        plan = plan_reaping(
+            pool,
+            [i for i in live if i.pool == name],
+            now,
+            reserved=plans[name].reserved,
+            heartbeats=heartbeats,
+        )
+        for decision in plan.drain:
+            if _move(
+                ctx, decision.instance.transition(InstanceState.DRAINING, now, decision.reason)
+            ):
+                report.drained.append(decision.instance.id)
+        for decision in plan.undrain:
+            if _move(ctx, decision.instance.transition(InstanceState.IDLE, now, decision.reason)):
+                report.undrained.append(decision.instance.id)
+        for decision in plan.terminate:
+            if terminate(ctx, decision.instance, decision.reason, EventKind.INSTANCE_TERMINATED):
+                report.terminated.append(decision.instance.id)
+    if report.undrained:
+        wake_scheduler(ctx, "agents taken back from draining")
+    return report
+
+
+def _move(ctx: Context, updated: object) -> bool:
+    from corral.domain.instance import Instance
+
+    assert isinstance(updated, Instance)
+    try:
+        ctx.store.commit([updated])
+    except ConflictError:
+        return False
+    kind = (
+        EventKind.AGENT_DRAINING
+        if updated.state is InstanceState.DRAINING
+        else (EventKind.TRIAL_STATE)
+    )
+    ctx.store.append_events(
+        [
+            Event(
+                ctx.clock.now(),
+                kind,
+                updated.history[-1].reason,
+                pool=updated.pool,
+                instance_id=updated.id,
+            )
+        ]
+    )
+    return True

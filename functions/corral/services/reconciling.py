@@ -1,0 +1,173 @@
+"""Reconcile (timer): compare the cloud's listing with the records and repair both ways.
+
+Cloud listings are for this pass only, never for hot paths. The listing is read *before* the
+records (the reconciler's stray rule depends on that order). Terminal records are not
+scanned: only those an owned instance still points at are fetched, by id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from corral.domain.backoff import on_boot_failure
+from corral.domain.errors import ConflictError
+from corral.domain.instance import LIVE_STATES, Instance
+from corral.domain.reconcile_decisions import (
+    Adopt,
+    CancelSpotRequest,
+    Decision,
+    FailAllocation,
+    MarkLost,
+    MarkTerminated,
+    Recover,
+    Requeue,
+    Terminate,
+    TerminateCloud,
+)
+from corral.domain.reconciler import reconcile
+from corral.domain.records import Event, EventKind, PoolState
+from corral.ports.queue import QueueName
+from corral.services.context import Context
+from corral.services.fleet import mark_terminated, take_away, terminate, wake_scheduler
+from corral.services.scheduling import launch_message
+
+
+@dataclass
+class ReconcileReport:
+    applied: list[str] = field(default_factory=list)
+    conflicts: int = 0
+
+    def note(self, decision: Decision) -> None:
+        subject = getattr(decision, "record", None)
+        name = (
+            subject.id
+            if isinstance(subject, Instance)
+            else getattr(decision, "cloud_id", getattr(decision, "request_id", "?"))
+        )
+        self.applied.append(f"{type(decision).__name__}:{name}")
+
+
+def run_reconcile(ctx: Context) -> ReconcileReport:
+    report = ReconcileReport()
+    cloud = ctx.cloud.list_owned()
+    spot_requests = ctx.cloud.list_spot_requests()
+    records = {r.id: r for r in ctx.store.instances(states=LIVE_STATES)}
+    for ci in cloud:
+        if ci.record_id and ci.record_id not in records:
+            fetched = ctx.store.get_instance(ci.record_id)
+            if fetched is not None:
+                records[fetched.id] = fetched
+    heartbeats = ctx.store.heartbeats(list(records))
+    now = ctx.clock.now()
+    plan = reconcile(
+        ctx.pools,
+        list(records.values()),
+        cloud,
+        spot_requests,
+        heartbeats,
+        now,
+        ctx.settings.reconcile,
+    )
+    for decision in plan.decisions:
+        try:
+            _apply(ctx, decision)
+        except ConflictError:
+            report.conflicts += 1  # the record moved on since we read it; next pass
+        else:
+            report.note(decision)
+    _count_boot_failures(ctx, plan.boot_failures_by_pool)
+    return report
+
+
+def _apply(ctx: Context, decision: Decision) -> None:
+    now = ctx.clock.now()
+    if isinstance(decision, MarkTerminated):
+        mark_terminated(ctx, decision.record, decision.reason)
+    elif isinstance(decision, MarkLost):
+        take_away(ctx, decision.apply(now), decision.reason)
+        _event(ctx, EventKind.AGENT_LOST, decision.reason, decision.record)
+    elif isinstance(decision, Terminate):
+        terminate(ctx, decision.record, decision.reason, EventKind.INSTANCE_TERMINATING)
+    elif isinstance(decision, Requeue):
+        requeued = decision.apply(now)
+        records: list[Instance | PoolState] = [requeued]
+        if decision.mark_unavailable:
+            records.append(_mark(ctx, requeued.pool, decision.mark_unavailable, now))
+        ctx.store.commit(records)
+        ctx.queue.send(QueueName.SCALE_UP, [launch_message(requeued)])
+        _event(ctx, EventKind.LAUNCH_FAILED, decision.reason, decision.record)
+    elif isinstance(decision, (Adopt, Recover, FailAllocation)):
+        ctx.store.commit([decision.apply(now)])
+        kind = {
+            Adopt: EventKind.INSTANCE_ADOPTED,
+            Recover: EventKind.AGENT_REGISTERED,
+            FailAllocation: EventKind.LAUNCH_FAILED,
+        }[type(decision)]
+        _event(ctx, kind, decision.reason, decision.record)
+        if isinstance(decision, Recover):
+            wake_scheduler(ctx, f"{decision.record.id} is back")
+    elif isinstance(decision, TerminateCloud):
+        ctx.cloud.terminate([decision.cloud_id])
+        ctx.store.append_events(
+            [
+                Event(
+                    now,
+                    EventKind.ORPHAN_TERMINATED,
+                    f"{decision.cloud_id}: {decision.reason}",
+                    pool=decision.pool,
+                    instance_id=decision.record_id,
+                )
+            ]
+        )
+    elif isinstance(decision, CancelSpotRequest):
+        ctx.cloud.cancel_spot_requests([decision.request_id])
+        if decision.mark_unavailable:
+            ctx.store.commit([_mark(ctx, decision.pool, decision.mark_unavailable, now)])
+        ctx.store.append_events(
+            [
+                Event(
+                    now,
+                    EventKind.SPOT_REQUEST_CANCELLED,
+                    f"{decision.request_id}: {decision.reason}",
+                    pool=decision.pool,
+                    instance_id=decision.record_id,
+                )
+            ]
+        )
+
+
+def _mark(ctx: Context, pool_name: str, offering_key: str, now: float) -> PoolState:
+    state = ctx.store.pool_state(pool_name)
+    pool = ctx.pool(pool_name)
+    memory = state.capacity.marked_unavailable(
+        offering_key, now, pool.capacity_memory_s if pool else 180.0
+    )
+    return replace(state, capacity=memory)
+
+
+def _count_boot_failures(ctx: Context, failures: Mapping[str, int]) -> None:
+    threshold = ctx.settings.reconcile.breaker_threshold
+    for pool_name, count in failures.items():
+        for _ in range(3):
+            state = ctx.store.pool_state(pool_name)
+            new = state
+            message = None
+            for _ in range(count):
+                new, opened = on_boot_failure(new, ctx.clock.now(), threshold)
+                message = opened or message
+            try:
+                ctx.store.commit([new])
+            except ConflictError:
+                continue
+            if message:
+                ctx.store.append_events(
+                    [Event(ctx.clock.now(), EventKind.BREAKER_OPEN, message, pool=pool_name)]
+                )
+            break
+
+
+def _event(ctx: Context, kind: EventKind, reason: str, record: Instance) -> None:
+    ctx.store.append_events(
+        [Event(ctx.clock.now(), kind, reason, pool=record.pool, instance_id=record.id)]
+    )

@@ -1,0 +1,202 @@
+"""Scale-up: turn one QUEUED instance record into a cloud instance, exactly once.
+
+Intent before side effect: QUEUED -> REQUESTED is written (conditionally) before the cloud is
+called, and the call carries a token derived from the record id and attempt, so a message
+delivered twice, or a function that dies after the call, never launches a second instance:
+the duplicate finds the record REQUESTED and repeats the call with the *same* token, which the
+cloud answers with the instance it already made (and reconcile adopts by tag what a crash
+left unrecorded). Errors act by class (see ``corral.domain.backoff``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from enum import StrEnum
+
+from corral.domain.backoff import (
+    LaunchVerdict,
+    blocked_reason,
+    on_launch_error,
+    on_launch_success,
+)
+from corral.domain.errors import ConflictError, LaunchError
+from corral.domain.instance import Instance, InstanceState
+from corral.domain.offerings import Offering
+from corral.domain.records import Event, EventKind
+from corral.ports.cloud import LaunchRequest
+from corral.ports.queue import QueueName
+from corral.services.context import Context
+from corral.services.scheduling import launch_message
+
+
+class LaunchOutcome(StrEnum):
+    LAUNCHED = "launched"
+    SPOT_REQUEST_OPEN = "spot_request_open"
+    SKIPPED = "skipped"  # stale or duplicate message, or the record moved on
+    WAITING = "waiting"  # pool backed off or no offering: the schedule pass re-drives it
+    RETRYING = "retrying"
+    FAILED = "failed"
+
+
+def launch_instance(ctx: Context, instance_id: str, attempt: int) -> LaunchOutcome:
+    record = ctx.store.get_instance(instance_id)
+    if record is None or record.attempt != attempt:
+        return LaunchOutcome.SKIPPED
+    if record.state is InstanceState.QUEUED:
+        started = _start_attempt(ctx, record)
+        if not isinstance(started, Instance):
+            return started
+        record = started
+    elif not (
+        record.state is InstanceState.REQUESTED
+        and record.cloud_id is None
+        and record.spot_request_id is None
+    ):
+        return LaunchOutcome.SKIPPED
+    return _call_cloud(ctx, record)
+
+
+def _start_attempt(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
+    now = ctx.clock.now()
+    pool = ctx.pool(record.pool)
+    state = ctx.store.pool_state(record.pool)
+    if pool is None or blocked_reason(state, now) is not None:
+        return LaunchOutcome.WAITING
+    offering = _available_offering(ctx, record, now)
+    if offering is None:
+        return LaunchOutcome.WAITING
+    requested = replace(
+        record.transition(InstanceState.REQUESTED, now, f"launching {offering.key}"),
+        offering=offering,
+        requested_at=now,
+    )
+    try:
+        (stored,) = ctx.store.commit([requested])
+    except ConflictError:
+        return LaunchOutcome.SKIPPED  # another delivery of this message got there first
+    assert isinstance(stored, Instance)
+    return stored
+
+
+def _available_offering(ctx: Context, record: Instance, now: float) -> Offering | None:
+    """The planned offering, or, if the cloud refused it since, the cheapest available one
+    of the pool with at least as many GPUs (so the planned demand still fits)."""
+    capacity = ctx.store.pool_state(record.pool).capacity
+    if capacity.is_available(record.offering.key, now):
+        return record.offering
+    pool = ctx.pool(record.pool)
+    candidates = [
+        o
+        for o in (pool.offerings() if pool else [])
+        if o.slots >= record.offering.slots and capacity.is_available(o.key, now)
+    ]
+    return min(candidates, key=lambda o: (o.hourly_price, not o.is_spot), default=None)
+
+
+def _call_cloud(ctx: Context, record: Instance) -> LaunchOutcome:
+    request = LaunchRequest(record.id, record.pool, record.offering, record.launch_token)
+    try:
+        result = ctx.cloud.launch(request)
+    except LaunchError as error:
+        return _on_error(ctx, record, error)
+    now = ctx.clock.now()
+    if result.cloud_id is not None:
+        updated = replace(
+            record.transition(InstanceState.ALLOCATED, now, f"cloud instance {result.cloud_id}"),
+            cloud_id=result.cloud_id,
+            spot_request_id=result.spot_request_id,
+            launched_at=result.launched_at if result.launched_at is not None else now,
+        )
+        outcome = LaunchOutcome.LAUNCHED
+    else:
+        updated = replace(record, spot_request_id=result.spot_request_id)
+        outcome = LaunchOutcome.SPOT_REQUEST_OPEN
+    state = ctx.store.pool_state(record.pool)
+    fresh_state = on_launch_success(state)
+    try:
+        ctx.store.commit([updated] if fresh_state is state else [updated, fresh_state])
+    except ConflictError:
+        # Someone else recorded this launch (a duplicate delivery with the same token got
+        # the same instance), or reconcile adopted it: the instance is accounted for.
+        return LaunchOutcome.SKIPPED
+    ctx.store.append_events(
+        [
+            Event(
+                now,
+                EventKind.LAUNCH_REQUESTED,
+                f"{record.offering.key}: {result.cloud_id or result.spot_request_id}",
+                pool=record.pool,
+                instance_id=record.id,
+            )
+        ]
+    )
+    return outcome
+
+
+def _on_error(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutcome:
+    now = ctx.clock.now()
+    pool = ctx.pool(record.pool)
+    assert pool is not None
+    state = ctx.store.pool_state(record.pool)
+    new_state, action = on_launch_error(
+        state,
+        error.error_class,
+        error.code,
+        now,
+        pool,
+        ctx.rng,
+        offering=record.offering,
+        attempt=record.attempt,
+    )
+    verdict = action.verdict
+    if verdict is LaunchVerdict.RETRY_SAME_ATTEMPT:
+        ctx.queue.send(
+            QueueName.SCALE_UP,
+            [replace(launch_message(record), delay_s=action.delay_s, dedupe_id=None)],
+        )
+        return LaunchOutcome.RETRYING
+    if verdict is LaunchVerdict.FAIL_RECORD:
+        updated = replace(
+            record.transition(InstanceState.ALLOCATION_FAILED, now, action.reason),
+            last_error=str(error),
+        )
+        outcome = LaunchOutcome.FAILED
+    else:
+        updated = replace(
+            record.transition(InstanceState.QUEUED, now, action.reason),
+            attempt=record.attempt + 1,
+            last_error=str(error),
+        )
+        outcome = (
+            LaunchOutcome.WAITING
+            if verdict is LaunchVerdict.WAIT_FOR_POOL
+            else (LaunchOutcome.RETRYING)
+        )
+    try:
+        ctx.store.commit([updated, new_state] if new_state is not state else [updated])
+    except ConflictError:
+        return LaunchOutcome.SKIPPED
+    kind = (
+        EventKind.OFFERING_UNAVAILABLE
+        if error.error_class.marks_offering_unavailable
+        else EventKind.POOL_BACKOFF
+        if error.error_class.backs_off_pool
+        else EventKind.LAUNCH_FAILED
+    )
+    ctx.store.append_events(
+        [
+            Event(
+                now,
+                kind,
+                f"{error.code}: {action.reason}",
+                pool=record.pool,
+                instance_id=record.id,
+                data={"code": error.code, "class": error.error_class.value},
+            )
+        ]
+    )
+    if verdict in (LaunchVerdict.TRY_OTHER_OFFERING, LaunchVerdict.RETRY_NEW_ATTEMPT):
+        ctx.queue.send(
+            QueueName.SCALE_UP, [replace(launch_message(updated), delay_s=action.delay_s)]
+        )
+    return outcome

@@ -1,0 +1,215 @@
+"""The schedule pass: place pending trials on free GPUs, then plan launches for what is left.
+
+Runs on every schedule message and on a one-minute timer. Every write is conditional, so two
+passes racing each other (a message and the timer) cannot both win: an assignment that loses
+leaves the trial pending for the next pass, and the launch plan of a pool is committed
+together with the pool's state record, so only one of two racing planners launches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from corral.domain.errors import ConflictError
+from corral.domain.instance import LIVE_STATES, Instance, InstanceState, new_instance
+from corral.domain.planner import PoolPlan, plan_pool
+from corral.domain.records import Event, EventKind, PoolState
+from corral.domain.scheduler import Assignment, ScheduleResult, schedule
+from corral.domain.trial import Trial, TrialState
+from corral.ports.queue import Message, QueueName
+from corral.services.accounting import pool_month_to_date
+from corral.services.context import Context
+
+
+@dataclass
+class PassReport:
+    assigned: list[str] = field(default_factory=list)
+    launched: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    conflicts: int = 0
+
+
+def launch_message(instance: Instance) -> Message:
+    return Message(
+        "launch_instance",
+        {"instance_id": instance.id, "attempt": instance.attempt},
+        dedupe_id=f"{instance.id}-{instance.attempt}",
+    )
+
+
+def plan_all(
+    ctx: Context, pending: Sequence[Trial], live: Sequence[Instance]
+) -> tuple[ScheduleResult, dict[str, PoolPlan]]:
+    """Placement and plans without writing anything (the reaper uses it to learn which
+    idle agents the demand still counts on)."""
+    now = ctx.clock.now()
+    result = schedule(pending, live)
+    plans: dict[str, PoolPlan] = {}
+    for name, pool in ctx.pools.items():
+        state = ctx.store.pool_state(name)
+        pool_live = [i for i in live if i.pool == name]
+        plans[name] = plan_pool(
+            pool,
+            [t for t in result.unplaced if t.pool == name],
+            pool_live,
+            state,
+            now,
+            leftover_free=result.leftover_free,
+            month_to_date_usd=pool_month_to_date(state, pool_live, now),
+        )
+    return result, plans
+
+
+def run_schedule_pass(ctx: Context) -> PassReport:
+    report = PassReport()
+    pending = ctx.store.trials(states={TrialState.PENDING})
+    live = {i.id: i for i in ctx.store.instances(states=LIVE_STATES)}
+    result = schedule(pending, list(live.values()))
+    lost_race: set[str] = set()
+    for assignment in result.assignments:
+        if _assign(ctx, assignment, live):
+            report.assigned.append(assignment.trial.id)
+        else:
+            lost_race.add(assignment.trial.id)
+            report.conflicts += 1
+
+    now = ctx.clock.now()
+    unplaced = [t for t in result.unplaced if t.id not in lost_race]
+    for name, pool in ctx.pools.items():
+        pool_live = [i for i in live.values() if i.pool == name]
+        state = ctx.store.pool_state(name)
+        plan = plan_pool(
+            pool,
+            [t for t in unplaced if t.pool == name],
+            pool_live,
+            state,
+            now,
+            leftover_free=result.leftover_free,
+            month_to_date_usd=pool_month_to_date(state, pool_live, now),
+        )
+        _apply_plan(ctx, plan, state, pool_live, report)
+        _update_pending_reasons(ctx, [t for t in unplaced if t.pool == name], plan)
+    return report
+
+
+def _assign(ctx: Context, assignment: Assignment, live: dict[str, Instance]) -> bool:
+    now = ctx.clock.now()
+    trial = assignment.trial.assigned(assignment.placement, now)
+    agents: list[Instance] = []
+    for instance_id, gpus in assignment.placement.parts:
+        inst = live[instance_id].with_allocation(trial.id, gpus)
+        if inst.state is InstanceState.IDLE:
+            inst = inst.transition(InstanceState.BUSY, now, f"assigned {trial.id}")
+        agents.append(inst)
+    try:
+        stored = ctx.store.commit([trial, *agents])
+    except ConflictError:
+        for instance_id in assignment.placement.instance_ids:
+            fresh = ctx.store.get_instance(instance_id)
+            if fresh is not None:
+                live[instance_id] = fresh
+        return False
+    for record in stored:
+        if isinstance(record, Instance):
+            live[record.id] = record
+    ctx.store.append_events(
+        [
+            Event(
+                now,
+                EventKind.TRIAL_ASSIGNED,
+                f"assigned to {', '.join(assignment.placement.instance_ids)}",
+                pool=trial.pool,
+                trial_id=trial.id,
+                experiment_id=trial.experiment_id,
+            )
+        ]
+    )
+    return True
+
+
+def _apply_plan(
+    ctx: Context, plan: PoolPlan, state: PoolState, pool_live: list[Instance], report: PassReport
+) -> None:
+    now = ctx.clock.now()
+    created = [
+        replace(
+            new_instance(ctx.ids.new("inst"), plan.pool, launch.offering, now, launch.reason),
+            planned_for=launch.planned_for,
+        )
+        for launch in plan.launches
+    ]
+    if created:
+        try:
+            # The pool state rides along unchanged: its version serialises racing planners.
+            ctx.store.commit([*created, state])
+        except ConflictError:
+            report.conflicts += 1
+            created = []
+        else:
+            ctx.store.append_events(
+                [
+                    Event(
+                        now,
+                        EventKind.LAUNCH_PLANNED,
+                        f"{i.offering.instance_type} ({i.offering.capacity_type.value}): "
+                        f"{launch.reason}",
+                        pool=plan.pool,
+                        instance_id=i.id,
+                    )
+                    for i, launch in zip(created, plan.launches, strict=True)
+                ]
+            )
+            report.launched.extend(i.id for i in created)
+
+    surplus = set(plan.surplus)
+    for inst in pool_live:
+        if inst.id in surplus and _cancel(ctx, inst):
+            report.cancelled.append(inst.id)
+    stale = [
+        i
+        for i in pool_live
+        if i.state is InstanceState.QUEUED
+        and i.id not in surplus
+        and now - (i.entered_at(InstanceState.QUEUED) or i.created_at)
+        >= ctx.settings.redrive_after_s
+    ]
+    messages = [launch_message(i) for i in [*created, *stale]]
+    if messages:
+        ctx.queue.send(QueueName.SCALE_UP, messages)
+
+
+def _cancel(ctx: Context, inst: Instance) -> bool:
+    """Undo a launch nobody needs: a QUEUED record, or an unfilled spot request."""
+    now = ctx.clock.now()
+    if inst.state is InstanceState.REQUESTED and inst.spot_request_id:
+        ctx.cloud.cancel_spot_requests([inst.spot_request_id])
+    try:
+        ctx.store.commit([inst.transition(InstanceState.CANCELLED, now, "demand went away")])
+    except ConflictError:
+        return False
+    ctx.store.append_events(
+        [
+            Event(
+                now,
+                EventKind.SPOT_REQUEST_CANCELLED
+                if inst.spot_request_id
+                else EventKind.LAUNCH_CANCELLED,
+                "launch cancelled: the demand went away",
+                pool=inst.pool,
+                instance_id=inst.id,
+            )
+        ]
+    )
+    return True
+
+
+def _update_pending_reasons(ctx: Context, trials: list[Trial], plan: PoolPlan) -> None:
+    for trial in trials:
+        reason = plan.pending_reasons.get(trial.id)
+        if reason is None or reason == trial.pending_reason:
+            continue
+        # A lost race means the trial moved on; its new state says more than a reason.
+        with contextlib.suppress(ConflictError):
+            ctx.store.commit([replace(trial, pending_reason=reason)])

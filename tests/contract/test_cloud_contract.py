@@ -1,0 +1,103 @@
+"""The CloudProvider contract (corral.ports.cloud), run against every registered provider.
+
+Only behaviour that real EC2, moto and Compute Engine share is asserted here: no timing, no
+token idempotency (moto ignores ClientToken), no open spot requests (moto fills at once).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from corral.ports.cloud import CloudInstance, CloudProvider, CloudState, LaunchRequest
+
+if TYPE_CHECKING:  # conftest is not importable as a module at run time; types only
+    from tests.contract.conftest import CloudHarness
+
+
+def launch(env: CloudHarness, record_id: str, pool: str = "gpu", spot: bool = False) -> str:
+    offering = env.spot if spot else env.on_demand
+    result = env.cloud.launch(LaunchRequest(record_id, pool, offering, f"{record_id}-a0"))
+    assert result.cloud_id is not None or result.spot_request_id is not None
+    return result.cloud_id or ""
+
+
+def owned(cloud: CloudProvider) -> dict[str, CloudInstance]:
+    return {i.cloud_id: i for i in cloud.list_owned()}
+
+
+def alive(instance: CloudInstance | None) -> bool:
+    return instance is not None and not instance.state.is_gone
+
+
+def test_nothing_is_owned_at_first(cloud: CloudProvider) -> None:
+    assert cloud.list_owned() == []
+    assert cloud.list_spot_requests() == []
+
+
+def test_launched_instance_is_listed_with_its_pool_and_record(cloud_env: CloudHarness) -> None:
+    cloud_id = launch(cloud_env, "rec-1", pool="gpu")
+    listed = owned(cloud_env.cloud)[cloud_id]
+    assert listed.pool == "gpu"
+    assert listed.record_id == "rec-1"
+    assert listed.instance_type == cloud_env.on_demand.instance_type
+    assert not listed.is_spot
+    assert listed.state in (CloudState.PENDING, CloudState.RUNNING)
+
+
+def test_instances_of_several_pools_keep_their_pool(cloud_env: CloudHarness) -> None:
+    a = launch(cloud_env, "rec-a", pool="pool-a")
+    b = launch(cloud_env, "rec-b", pool="pool-b")
+    listed = owned(cloud_env.cloud)
+    assert (listed[a].pool, listed[a].record_id) == ("pool-a", "rec-a")
+    assert (listed[b].pool, listed[b].record_id) == ("pool-b", "rec-b")
+
+
+def test_foreign_instances_are_never_listed_nor_terminated(cloud_env: CloudHarness) -> None:
+    key, value = cloud_env.ownership
+    foreign = [
+        cloud_env.add_foreign({}),
+        cloud_env.add_foreign({"Name": "someone-elses"}),
+        cloud_env.add_foreign({key: "another-cluster", "corral-pool": "gpu"}),
+        cloud_env.add_foreign({key: value.upper() + "-x"}),
+    ]
+    ours = launch(cloud_env, "rec-1")
+    assert set(owned(cloud_env.cloud)) == {ours}
+    cloud_env.cloud.terminate([*foreign, ours])
+    for cloud_id in foreign:
+        assert cloud_env.raw_state(cloud_id) in (CloudState.PENDING, CloudState.RUNNING)
+    assert not alive(owned(cloud_env.cloud).get(ours))
+
+
+def test_terminate_is_idempotent_and_the_instance_goes(cloud_env: CloudHarness) -> None:
+    cloud_id = launch(cloud_env, "rec-1")
+    keep = launch(cloud_env, "rec-2")
+    cloud_env.cloud.terminate([cloud_id])
+    cloud_env.cloud.terminate([cloud_id])
+    listed = owned(cloud_env.cloud)
+    # Gone from the listing or listed as terminating/terminated: reconcile treats both alike.
+    assert not alive(listed.get(cloud_id))
+    assert alive(listed.get(keep))
+
+
+def test_terminate_skips_unknown_ids_and_empty_lists(cloud_env: CloudHarness) -> None:
+    keep = launch(cloud_env, "rec-1")
+    cloud_env.cloud.terminate([cloud_env.unknown_id])
+    cloud_env.cloud.terminate([])
+    assert alive(owned(cloud_env.cloud).get(keep))
+
+
+def test_cancel_spot_requests_skips_unknown_ids(cloud: CloudProvider) -> None:
+    cloud.cancel_spot_requests(["sir-00000000"])
+    cloud.cancel_spot_requests([])
+
+
+def test_spot_launch_is_tagged_with_pool_and_record(cloud_env: CloudHarness) -> None:
+    result = cloud_env.cloud.launch(LaunchRequest("rec-s", "gpu", cloud_env.spot, "rec-s-a0"))
+    if result.cloud_id is not None:
+        listed = owned(cloud_env.cloud)[result.cloud_id]
+        assert listed.is_spot
+        assert (listed.pool, listed.record_id) == ("gpu", "rec-s")
+    else:
+        requests = {r.request_id: r for r in cloud_env.cloud.list_spot_requests()}
+        request = requests[result.spot_request_id or ""]
+        assert (request.pool, request.record_id) == ("gpu", "rec-s")
