@@ -195,8 +195,10 @@ def test_experiments_newest_first_with_limit(store: Store) -> None:
 def test_pool_state_defaults_then_round_trips(store: Store) -> None:
     fresh = store.pool_state("gpu")
     assert fresh == PoolState("gpu") and fresh.version == 0
-    fresh.capacity.mark_unavailable("g5.xlarge|subnet-a|spot", now=T0, ttl_s=180.0)
-    changed = replace(fresh, backoff_until=T0 + 60, backoff_reason="VcpuLimitExceeded")
+    memory = fresh.capacity.marked_unavailable("g5.xlarge|subnet-a|spot", now=T0, ttl_s=180.0)
+    changed = replace(
+        fresh, capacity=memory, backoff_until=T0 + 60, backoff_reason="VcpuLimitExceeded"
+    )
     store.commit([changed])
     stored = store.pool_state("gpu")
     assert stored.version == 1 and stored.backoff_reason == "VcpuLimitExceeded"
@@ -204,10 +206,14 @@ def test_pool_state_defaults_then_round_trips(store: Store) -> None:
     assert store.pool_state("other") == PoolState("other")
 
 
-def test_mutating_a_read_pool_state_does_not_write_it(store: Store) -> None:
+def test_a_read_pool_state_cannot_be_changed_behind_the_stores_back(store: Store) -> None:
     store.commit([PoolState("gpu")])
-    store.pool_state("gpu").capacity.mark_unavailable("k", now=T0)
+    read = store.pool_state("gpu")
+    marked = read.capacity.marked_unavailable("k", now=T0, ttl_s=60.0)
+    assert not marked.is_available("k", T0)
     assert store.pool_state("gpu").capacity.is_available("k", T0)
+    with pytest.raises(TypeError):
+        marked.unavailable_until["k"] = 0.0  # type: ignore[index]
 
 
 # ---- observations ---------------------------------------------------------------------------

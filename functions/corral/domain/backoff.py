@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from corral.domain.errors import LaunchErrorClass
-from corral.domain.offerings import CapacityMemory, Offering
+from corral.domain.offerings import Offering
 from corral.domain.policy import PoolPolicy
 from corral.domain.records import PoolState
 
@@ -106,8 +106,7 @@ def on_launch_error(
     place = where or offering.location
     if error_class.marks_offering_unavailable:
         # Copy: PoolState is frozen but CapacityMemory is not; never mutate the caller's.
-        memory = CapacityMemory(dict(state.capacity.unavailable_until))
-        memory.mark_unavailable(offering.key, now, pool.capacity_memory_s)
+        memory = state.capacity.marked_unavailable(offering.key, now, pool.capacity_memory_s)
         reason = f"{code}: {offering.key} unavailable for {pool.capacity_memory_s:.0f}s"
         action = LaunchErrorAction(LaunchVerdict.TRY_OTHER_OFFERING, 0.0, reason)
         return replace(state, capacity=memory), action

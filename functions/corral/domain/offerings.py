@@ -8,8 +8,10 @@ in the same zone, or spot in another zone, may still launch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class CapacityType(StrEnum):
@@ -41,30 +43,22 @@ class Offering:
         return self.capacity_type is CapacityType.SPOT
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CapacityMemory:
     """Offerings the cloud recently refused, remembered until a deadline (clock seconds).
 
-    Karpenter keeps such a memory for 3 minutes; we default to the same. The memory is a plain
-    value so services can load it from and save it to the store.
+    Karpenter keeps such a memory for 3 minutes; we default to the same. Immutable (it lives
+    inside the frozen PoolState): marking returns a new memory, so a record read from a
+    store can never be changed behind the store's back.
     """
 
-    unavailable_until: dict[str, float] = field(default_factory=dict)
-
-    def mark_unavailable(self, offering_key: str, now: float, ttl_s: float = 180.0) -> None:
-        self.unavailable_until[offering_key] = max(
-            self.unavailable_until.get(offering_key, 0.0), now + ttl_s
-        )
+    unavailable_until: Mapping[str, float] = field(default_factory=dict)
 
     def marked_unavailable(self, offering_key: str, now: float, ttl_s: float) -> CapacityMemory:
-        """A new memory with one more refused offering (the receiver is left unchanged)."""
-        copy = CapacityMemory(dict(self.unavailable_until))
-        copy.mark_unavailable(offering_key, now, ttl_s)
-        return copy
+        """A new memory with one more refused offering; expired entries are dropped."""
+        kept = {k: t for k, t in self.unavailable_until.items() if t > now}
+        kept[offering_key] = max(kept.get(offering_key, 0.0), now + ttl_s)
+        return CapacityMemory(MappingProxyType(kept))
 
     def is_available(self, offering_key: str, now: float) -> bool:
         return self.unavailable_until.get(offering_key, 0.0) <= now
-
-    def prune(self, now: float) -> None:
-        for key in [k for k, until in self.unavailable_until.items() if until <= now]:
-            del self.unavailable_until[key]

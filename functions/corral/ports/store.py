@@ -12,7 +12,7 @@ Contract (held by every adapter, checked by tests/contract):
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
@@ -70,3 +70,14 @@ class Store(Protocol):
     def append_logs(self, lines: Sequence[LogLine]) -> None: ...
 
     def logs(self, trial_id: str, *, after_seq: int = -1, limit: int = 1000) -> list[LogLine]: ...
+
+
+R = TypeVar("R", Instance, Trial, Experiment, PoolState)
+
+
+def commit_one(store: Store, record: R) -> R:
+    """Commit one record and get the stored copy back with its own type."""
+    (stored,) = store.commit([record])
+    if not isinstance(stored, type(record)):
+        raise TypeError(f"store returned {type(stored).__name__} for {type(record).__name__}")
+    return stored

@@ -25,6 +25,7 @@ from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.records import Event, EventKind, Heartbeat, LogLine, TrialReport
 from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
+from corral.ports.store import commit_one
 from corral.services.assignments import build_assignment
 from corral.services.context import Context
 from corral.services.fleet import terminate, wake_scheduler
@@ -107,11 +108,9 @@ def _record_for(ctx: Context, request: RegisterRequest) -> Instance:
                 launched_at=pending.requested_at or now,
             )
             try:
-                (stored,) = ctx.store.commit([adopted])
+                return commit_one(ctx.store, adopted)
             except ConflictError as exc:
                 raise AgentError(409, "the record changed; retry") from exc
-            assert isinstance(stored, Instance)
-            return stored
     raise AgentError(404, f"{request.cloud_id} is not an instance Corral launched")
 
 

@@ -10,7 +10,7 @@ from corral.domain.instance import Instance, InstanceState
 from corral.domain.records import Event, EventKind
 from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
 from corral.ports.queue import Message, QueueName
-from corral.ports.store import Record
+from corral.ports.store import Record, commit_one
 from corral.services.accounting import close_instance_spend
 from corral.services.context import Context
 from corral.services.trial_moves import move_off_gpus, requeue
@@ -71,11 +71,9 @@ def terminate(ctx: Context, record: Instance, reason: str, kind: EventKind) -> b
     now = ctx.clock.now()
     try:
         if record.state is not InstanceState.TERMINATING:
-            (stored,) = ctx.store.commit(
-                [record.transition(InstanceState.TERMINATING, now, reason)]
+            record = commit_one(
+                ctx.store, record.transition(InstanceState.TERMINATING, now, reason)
             )
-            assert isinstance(stored, Instance)
-            record = stored
         if record.cloud_id:
             ctx.cloud.terminate([record.cloud_id])
         if record.spot_request_id:

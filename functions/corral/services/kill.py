@@ -12,6 +12,7 @@ from dataclasses import replace
 from corral.domain.errors import ConflictError, NotFoundError
 from corral.domain.records import Event, EventKind, Experiment
 from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
+from corral.ports.store import commit_one
 from corral.services.context import Context
 
 
@@ -22,9 +23,7 @@ def kill_experiment(ctx: Context, experiment_id: str) -> Experiment:
     now = ctx.clock.now()
     if experiment.killed_at is None:
         try:
-            (stored,) = ctx.store.commit([replace(experiment, killed_at=now)])
-            assert isinstance(stored, Experiment)
-            experiment = stored
+            experiment = commit_one(ctx.store, replace(experiment, killed_at=now))
         except ConflictError:
             experiment = ctx.store.get_experiment(experiment_id) or experiment
         ctx.store.append_events(
@@ -57,9 +56,7 @@ def kill_trial(ctx: Context, trial: Trial) -> Trial:
                 TrialState.CANCELLED, now, "nothing was running"
             )
         try:
-            (stored,) = ctx.store.commit([target])
-            assert isinstance(stored, Trial)
-            return stored
+            return commit_one(ctx.store, target)
         except ConflictError:
             fresh = ctx.store.get_trial(trial.id)
             if fresh is None:

@@ -25,6 +25,7 @@ from corral.domain.offerings import Offering
 from corral.domain.records import Event, EventKind
 from corral.ports.cloud import LaunchRequest
 from corral.ports.queue import QueueName
+from corral.ports.store import commit_one
 from corral.services.context import Context
 from corral.services.scheduling import launch_message
 
@@ -71,11 +72,9 @@ def _start_attempt(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
         requested_at=now,
     )
     try:
-        (stored,) = ctx.store.commit([requested])
+        return commit_one(ctx.store, requested)
     except ConflictError:
         return LaunchOutcome.SKIPPED  # another delivery of this message got there first
-    assert isinstance(stored, Instance)
-    return stored
 
 
 def _available_offering(ctx: Context, record: Instance, now: float) -> Offering | None:

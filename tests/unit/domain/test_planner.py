@@ -109,8 +109,7 @@ def test_never_reuses_an_agent_under_interruption_notice() -> None:
 def test_skips_offerings_the_cloud_recently_refused_and_falls_back_to_on_demand() -> None:
     spot = offering("g.1", 1, 0.4, SPOT)
     od = offering("g.1", 1, 1.0, ON_DEMAND)
-    memory = CapacityMemory()
-    memory.mark_unavailable(spot.key, NOW, 180)
+    memory = CapacityMemory().marked_unavailable(spot.key, NOW, 180)
     plan = plan_pool(pool(spot, od), [pending("t1")], [], state(capacity=memory), NOW)
     assert [launch.offering for launch in plan.launches] == [od]
     # Once the memory expires, spot is preferred again.
@@ -120,8 +119,7 @@ def test_skips_offerings_the_cloud_recently_refused_and_falls_back_to_on_demand(
 
 def test_no_fallback_means_waiting_with_a_reason() -> None:
     spot = offering("g.1", 1, 0.4, SPOT)
-    memory = CapacityMemory()
-    memory.mark_unavailable(spot.key, NOW, 180)
+    memory = CapacityMemory().marked_unavailable(spot.key, NOW, 180)
     plan = plan_pool(
         pool(spot, on_demand_fallback=False), [pending("t1")], [], state(capacity=memory), NOW
     )

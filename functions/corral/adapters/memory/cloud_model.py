@@ -13,12 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from corral.domain.offerings import Offering
+from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.ports.cloud import CloudInstance, CloudState, SpotRequest, SpotRequestState
-
-# The same keys as the real providers are expected to use. Lowercase with dashes: valid both
-# as EC2 tag keys and as GCE label keys.
-POOL_TAG = "corral-pool"
-RECORD_TAG = "corral-record"
 
 
 @dataclass(frozen=True)

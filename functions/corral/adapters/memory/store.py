@@ -23,7 +23,6 @@ from corral.adapters.memory.index import Index, select
 from corral.adapters.memory.logs import EventLog, LogBook
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
-from corral.domain.offerings import CapacityMemory
 from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
 from corral.domain.trial import Trial, TrialState
 from corral.ports.store import Record
@@ -42,14 +41,6 @@ def record_key(record: Record) -> Key:
     if isinstance(record, PoolState):
         return ("pool", record.pool)
     raise TypeError(f"not a storable record: {type(record).__name__}")
-
-
-def _own_pool_state(state: PoolState) -> PoolState:
-    # PoolState is frozen but its CapacityMemory is a mutable object. Without a copy, a caller
-    # mutating what it read would change the stored value without a commit, which no real
-    # store does: the fake would hide the bug. The memory is a small dict; copying is cheap.
-    memory = CapacityMemory(dict(state.capacity.unavailable_until))
-    return replace(state, capacity=memory)
 
 
 def _values(states: Collection[InstanceState | TrialState]) -> list[str]:
@@ -98,7 +89,7 @@ class InMemoryStore:
             for record in records:
                 new = replace(record, version=record.version + 1)
                 self._write(new)
-                written.append(_own_pool_state(new) if isinstance(new, PoolState) else new)
+                written.append(new)
             return written
 
     def _stored_version(self, key: Key) -> int:
@@ -122,7 +113,7 @@ class InMemoryStore:
         elif isinstance(record, Experiment):
             self._experiments[record.id] = record
         else:
-            self._pools[record.pool] = _own_pool_state(record)
+            self._pools[record.pool] = record
 
     def _write_instance(self, new: Instance) -> None:
         old = self._instances.get(new.id)
@@ -218,7 +209,7 @@ class InMemoryStore:
     def pool_state(self, pool: str) -> PoolState:
         with self._lock:
             stored = self._pools.get(pool)
-        return PoolState(pool) if stored is None else _own_pool_state(stored)
+        return PoolState(pool) if stored is None else stored
 
     # ---- observations (no versions) -------------------------------------------------
     def put_heartbeat(self, heartbeat: Heartbeat) -> None:
