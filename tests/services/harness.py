@@ -37,6 +37,7 @@ from corral.ports.queue import QueueName
 from corral.services import agents as agent_service
 from corral.services.context import Context, SequentialIds
 from corral.services.dispatch import dispatch
+from corral.services.scheduling import run_schedule_pass
 from corral.services.submit import Submitted, submit_experiment
 
 SPOT_1 = Offering("g.1", "zone-a", CapacityType.SPOT, 1, 0.4)
@@ -154,6 +155,9 @@ class Cluster:
         self.default_script = Script()
         self.gpus_found = gpus_found
         self.handled: list[str] = []
+        # The one-minute EventBridge timer of the schedule function (the safety net).
+        self.schedule_every_s = 60.0
+        self._next_timer = self.clock.now() + self.schedule_every_s
 
     # ---- driving ---------------------------------------------------------------------
     def submit(self, **config: object) -> Submitted:
@@ -192,6 +196,9 @@ class Cluster:
             cloud = self.cloud.get(cloud_id)
             if agent.alive and agent.agent_id and cloud and cloud.state is CloudState.RUNNING:
                 agent.heartbeat()
+        if self.clock.now() >= self._next_timer:
+            self._next_timer += self.schedule_every_s
+            run_schedule_pass(self.ctx)
         self.pump()
 
     def run(self, seconds: float, step: float = 5.0) -> None:

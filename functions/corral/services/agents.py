@@ -128,6 +128,7 @@ def _reject_short_of_gpus(ctx: Context, record: Instance, found: int) -> None:
             [Event(ctx.clock.now(), EventKind.BREAKER_OPEN, opened, pool=record.pool)]
         )
     terminate(ctx, record, reason, EventKind.INSTANCE_TERMINATING)
+    wake_scheduler(ctx, f"{record.id} was refused")  # its demand still waits
     raise AgentError(422, reason)
 
 

@@ -1,0 +1,173 @@
+"""Losing instances and trials going wrong: interruptions, silent agents, user errors, kills."""
+
+from __future__ import annotations
+
+from corral.domain.instance import InstanceState
+from corral.domain.trial import TrialState
+from corral.services.interruptions import NoticeKind, on_interruption_notice
+from corral.services.kill import kill_experiment
+from corral.services.reconciling import run_reconcile
+
+from .harness import SPOT_4, Cluster, Script, make_pool
+
+
+def running_cluster(**pool_settings: object) -> tuple[Cluster, str]:
+    cluster = Cluster(make_pool(**pool_settings))
+    trial_id = cluster.submit().trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.run(40)
+    assert cluster.trial(trial_id).state is TrialState.RUNNING
+    return cluster, trial_id
+
+
+def test_an_interruption_warning_requeues_the_trial_and_plans_a_replacement() -> None:
+    cluster, trial_id = running_cluster()
+    (record,) = cluster.instances()
+    assert record.cloud_id is not None
+    assert on_interruption_notice(cluster.ctx, record.cloud_id, NoticeKind.INTERRUPTION)
+    assert not on_interruption_notice(cluster.ctx, "i-not-ours", NoticeKind.INTERRUPTION)
+
+    trial = cluster.trial(trial_id)
+    assert trial.state is TrialState.PENDING
+    assert trial.preemptions == 1 and trial.restarts == 0  # not the user's fault
+    doomed = cluster.store.get_instance(record.id)
+    assert doomed is not None
+    assert doomed.state is InstanceState.DRAINING and doomed.interruption_notice_at is not None
+    cluster.pump()  # the schedule message plans the replacement at once
+    replacements = [i for i in cluster.instances() if i.id != record.id]
+    assert len(replacements) == 1
+    assert replacements[0].planned_for == ((trial_id, 1),)
+    # The interrupted agent is told to stop the trial (which checkpoints it).
+    agent = cluster.agents[record.cloud_id]
+    agent.heartbeat()
+    assert trial_id not in agent.running
+
+
+def test_the_trial_resumes_from_its_checkpoint_on_the_replacement() -> None:
+    cluster, trial_id = running_cluster()
+    (record,) = cluster.instances()
+    trial = cluster.trial(trial_id)
+    from corral.api.schemas.agent import AgentTrialState, TrialStatus
+    from corral.services.agents import report_trial_status
+
+    assert record.cloud_id
+    report_trial_status(
+        cluster.ctx,
+        record.id,
+        record.cloud_id,
+        TrialStatus(
+            trial_id=trial.id,
+            state=AgentTrialState.RUNNING,
+            latest_checkpoint="file:///ckpt/step-100",
+        ),
+    )
+    on_interruption_notice(cluster.ctx, record.cloud_id, NoticeKind.INTERRUPTION)
+    cluster.run(60)
+    assert cluster.trial(trial_id).state is TrialState.RUNNING
+    starts = [
+        a for agent in cluster.agents.values() for a in agent.starts if a.trial_id == trial_id
+    ]
+    assert len(starts) == 2
+    assert starts[-1].checkpoint.latest == "file:///ckpt/step-100"
+
+
+def test_a_silent_agent_is_marked_lost_its_trial_requeued_then_terminated() -> None:
+    cluster, trial_id = running_cluster()
+    (record,) = cluster.instances()
+    assert record.cloud_id
+    cluster.agents[record.cloud_id].alive = False  # stops heartbeating
+    cluster.clock.advance(cluster.ctx.settings.reconcile.heartbeat_timeout_s + 1)
+    run_reconcile(cluster.ctx)
+    lost = cluster.store.get_instance(record.id)
+    assert lost is not None and lost.state is InstanceState.LOST
+    assert cluster.trial(trial_id).state is TrialState.PENDING
+    cluster.clock.advance(cluster.ctx.settings.reconcile.lost_grace_s + 1)
+    run_reconcile(cluster.ctx)
+    gone = cluster.store.get_instance(record.id)
+    assert gone is not None and gone.state is InstanceState.TERMINATED
+    assert record.cloud_id not in cluster.running_cloud_ids()
+
+
+def test_user_errors_restart_until_max_restarts_then_fail() -> None:
+    cluster = Cluster(make_pool())
+    trial_id = cluster.submit(max_restarts=1).trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10, exit_code=3)
+    cluster.pump()
+    cluster.run(200)
+    trial = cluster.trial(trial_id)
+    assert trial.state is TrialState.FAILED
+    assert trial.restarts == 1 and trial.exit_code == 3
+
+
+def test_killing_an_experiment_stops_running_trials_and_cancels_pending_ones() -> None:
+    cluster = Cluster(make_pool(max_instances=1))
+    submitted = cluster.submit(
+        searcher={"name": "grid"}, hyperparameters={"lr": {"type": "categorical", "vals": [1, 2]}}
+    )
+    for trial in submitted.trials:
+        cluster.scripts[trial.id] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.run(40)
+    states = sorted(cluster.trial(t.id).state.value for t in submitted.trials)
+    assert states == ["PENDING", "RUNNING"]
+    kill_experiment(cluster.ctx, submitted.experiment.id)
+    states = sorted(cluster.trial(t.id).state.value for t in submitted.trials)
+    assert states == ["CANCELLED", "STOPPING"]
+    cluster.run(10)  # the agent is told to stop, confirms, the GPUs are freed
+    assert {cluster.trial(t.id).state for t in submitted.trials} == {TrialState.CANCELLED}
+    (agent,) = [i for i in cluster.instances() if i.state is not InstanceState.TERMINATED]
+    assert agent.state is InstanceState.IDLE and agent.allocations == ()
+
+
+def test_a_trial_larger_than_one_instance_gets_rendezvous_settings() -> None:
+    cluster = Cluster(make_pool(SPOT_4, max_instances=3))
+    trial_id = cluster.submit(resources={"slots_per_trial": 8}).trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    assert len(cluster.instances()) == 2
+    cluster.run(40)
+    assert cluster.trial(trial_id).state is TrialState.RUNNING
+    starts = sorted(
+        (a for agent in cluster.agents.values() for a in agent.starts),
+        key=lambda a: a.rendezvous.node_rank if a.rendezvous else -1,
+    )
+    assert [a.rendezvous.node_rank for a in starts if a.rendezvous] == [0, 1]
+    master = cluster.store.get_instance(cluster.trial(trial_id).placement.parts[0][0])  # type: ignore[union-attr]
+    assert master is not None
+    for assignment in starts:
+        assert assignment.rendezvous is not None
+        assert assignment.rendezvous.world_size == 8
+        assert assignment.rendezvous.nnodes == 2
+        assert assignment.rendezvous.master_addr == master.address
+        assert assignment.gpus == [0, 1, 2, 3]
+
+
+def test_an_agent_short_of_gpus_is_refused_and_trips_the_breaker() -> None:
+    cluster = Cluster(make_pool(max_instances=10), gpus_found=lambda slots: 0)
+    trial_id = cluster.submit().trials[0].id
+    cluster.pump()
+    threshold = cluster.ctx.settings.reconcile.breaker_threshold
+    for _ in range(threshold + 2):
+        cluster.run(40)
+        cluster.pump()
+    state = cluster.store.pool_state("gpu")
+    assert state.breaker_open_since is not None
+    launched = len(cluster.cloud.all_instances())
+    assert launched == threshold  # stops launching instead of looping
+    assert "launches stopped" in (cluster.trial(trial_id).pending_reason or "")
+    assert all(i.state is InstanceState.TERMINATED for i in cluster.instances())
+
+
+def test_reconcile_never_touches_an_instance_without_our_tags() -> None:
+    cluster, _ = running_cluster()
+    foreign = cluster.cloud.add_foreign_instance(tags={"Name": "someone-elses"})
+    other_cluster = cluster.cloud.add_foreign_instance(
+        tags={"managed-by": "another-corral", "corral-pool": "gpu"}
+    )
+    cluster.clock.advance(10_000)
+    run_reconcile(cluster.ctx)
+    for cloud_id in (foreign, other_cluster):
+        seen = cluster.cloud.get(cloud_id)
+        assert seen is not None and not seen.state.is_gone
+        assert cluster.store.instance_by_cloud_id(cloud_id) is None
