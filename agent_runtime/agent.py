@@ -1,0 +1,312 @@
+"""The agent's main loop, one ``run_once`` step at a time (tests step it with a fake clock).
+
+Each step: handle a pending SIGTERM, register if not registered, check for an interruption
+notice, advance the trials (reporting each state change at once), flush logs, heartbeat when
+due (applying the start/stop/drain orders of the reply), and check the dead man's switch.
+The control plane being unreachable never touches running trials: they keep running, state
+is reported again once it answers, and only the dead man's switch ends the wait.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from importlib import metadata
+
+from agent_runtime.client import ControlPlaneClient, ControlPlaneError, Unreachable
+from agent_runtime.clock import Clock, Sleeper
+from agent_runtime.config import AgentConfig
+from agent_runtime.deadman import DeadMansSwitch, Runner
+from agent_runtime.executors import Executor
+from agent_runtime.gpus import gpu_metrics
+from agent_runtime.identity import InstanceIdentity, MetadataSource, Notice
+from agent_runtime.interruptions import InterruptionWatcher, grace_for
+from agent_runtime.logs import CloudWatchLogs, LogShipper, PermanentLogError
+from agent_runtime.metrics import CloudWatchMetrics
+from agent_runtime.trials import TrialRun, launch_spec
+from corral.api.schemas.agent import (
+    AgentTrialState,
+    GpuInfo,
+    GpuMetric,
+    HeartbeatRequest,
+    LogBatch,
+    RegisterRequest,
+    TrialAssignment,
+    TrialStatus,
+)
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_UNHEALTHY, EXIT_REFUSED, EXIT_DEADMAN = 0, 2, 3, 4
+
+
+def _version() -> str:
+    try:
+        return metadata.version("corral")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        identity: InstanceIdentity,
+        gpus: list[GpuInfo],
+        client: ControlPlaneClient,
+        executor: Executor,
+        source: MetadataSource,
+        clock: Clock,
+        sleeper: Sleeper,
+        *,
+        shutdown_runner: Runner | None = None,
+        metrics: Callable[[], list[GpuMetric]] | None = None,
+    ) -> None:
+        self.config, self.identity, self.gpus = config, identity, gpus
+        self.client, self.executor, self.source = client, executor, source
+        self.clock, self.sleeper = clock, sleeper
+        self.agent_id: str | None = None
+        self.trials: dict[str, TrialRun] = {}
+        self.draining = False
+        self.exit_code: int | None = None
+        self.interval = config.heartbeat_interval_s
+        self.watcher = InterruptionWatcher(source, clock, config.interruption_poll_s)
+        switch_s = config.dead_man_switch_s if config.dead_man_switch_s is not None else 600.0
+        kw = {"runner": shutdown_runner} if shutdown_runner else {}
+        self.deadman = DeadMansSwitch(clock, switch_s, config.shutdown_command, **kw)
+        self.logs = LogShipper(clock)
+        self._metrics = metrics or (lambda: gpu_metrics(config))
+        self._cloudwatch: CloudWatchMetrics | None = None
+        self._stop_requested = False
+        self._exit_when_done: int | None = None
+        self._exit_deadline: float | None = None
+        self._failures = 0
+        now = clock.monotonic()
+        self._next_register = self._next_heartbeat = self._next_flush = now
+
+    # --- public ------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """SIGTERM/SIGINT handler: only sets a flag (and wakes the loop); work happens there."""
+        self._stop_requested = True
+        self.sleeper.wake()
+
+    def run(self) -> int:
+        while self.exit_code is None:
+            self.run_once()
+            if self.exit_code is None:
+                self.sleeper.sleep(self.config.tick_s)
+        return self.exit_code
+
+    def run_once(self) -> None:
+        if self.exit_code is not None:
+            return
+        now = self.clock.monotonic()
+        if self._stop_requested:
+            self._stop_requested = False
+            log.warning(
+                "SIGTERM: stopping trials (grace %.0f s) and exiting", self.config.stop_grace_s
+            )
+            window = self.config.stop_grace_s + self.config.interruption_margin_s
+            self._interrupt(Notice("agent-sigterm", window), notify=False)
+            self._finish(
+                EXIT_OK, now + self.config.stop_grace_s + self.config.interruption_margin_s
+            )
+        if self.agent_id is None and self._exit_when_done is None and now >= self._next_register:
+            self._register(now)
+        notice = self.watcher.poll()
+        if notice is not None:
+            self._interrupt(notice, notify=notice.action == "preempt")
+        for run in list(self.trials.values()):
+            if run.poll(now):
+                self._send_status(run)
+        if self.agent_id is not None and now >= self._next_flush:
+            self._next_flush = now + self.config.log_flush_interval_s
+            self.logs.flush(self._send_logs)
+        if self.agent_id is not None and now >= self._next_heartbeat:
+            self._heartbeat(now)
+        if self.deadman.check():
+            self.exit_code = EXIT_DEADMAN
+            return
+        self._maybe_exit(now)
+
+    # --- registration --------------------------------------------------------------------
+    def _register(self, now: float) -> None:
+        try:  # re-read: a GCE identity token lives an hour; a re-register needs a fresh one
+            self.identity = self.source.identity()
+        except Exception as exc:
+            log.warning("identity re-read failed, using the first one: %s", exc)
+        i = self.identity
+        request = RegisterRequest(
+            cloud_id=i.cloud_id,
+            record_id=self.config.record_id,
+            identity=i.identity,
+            instance_type=i.instance_type,
+            zone=i.zone,
+            capacity_type=i.capacity_type,
+            private_ip=i.private_ip,
+            gpus=self.gpus,
+            agent_version=_version(),
+        )
+        try:
+            reply = self.client.register(request)
+        except Unreachable as exc:
+            self._failures += 1
+            self._next_register = now + self.client.backoff(self._failures)
+            log.warning("register: control plane unreachable (%s); retrying", exc)
+            return
+        except ControlPlaneError as exc:
+            self._refused("register", exc)
+            return
+        self.agent_id = reply.agent_id
+        self._failures = 0
+        self.interval = reply.heartbeat_interval_s
+        self.logs.batch_lines = max(1, min(reply.log_batch_max_lines, 5_000))
+        if self.config.dead_man_switch_s is None:
+            self.deadman.timeout_s = reply.dead_man_switch_s
+        self.deadman.contact()
+        self._setup_cloudwatch()
+        log.info("registered as %s with %d GPU(s)", self.agent_id, len(self.gpus))
+
+    def _setup_cloudwatch(self) -> None:
+        c, region = self.config, self.config.aws_region or self.identity.region
+        tags = {"InstanceId": self.identity.cloud_id, "Pool": c.pool}
+        if c.cloudwatch_log_group and self.logs.sink is None:
+            self.logs.sink = CloudWatchLogs(c.cloudwatch_log_group, self.identity.cloud_id, region)
+        if c.cloudwatch_metrics_namespace and self._cloudwatch is None:
+            self._cloudwatch = CloudWatchMetrics(
+                c.cloudwatch_metrics_namespace, tags, c.cloudwatch_metrics_interval_s, region
+            )
+
+    def _refused(self, what: str, exc: ControlPlaneError) -> None:
+        """404/403: not ours (or identity refused); 409: our record is shutting down; 422:
+        short of GPUs. None of these improves by retrying: stop trials and exit."""
+        log.error("%s refused by the control plane: %s", what, exc)
+        self.agent_id = None
+        for run in self.trials.values():
+            run.stop(AgentTrialState.STOPPED, self.config.stop_grace_s, self.clock.monotonic())
+        if exc.status == 409:  # the control plane says this instance is being shut down
+            self.deadman.fire("the control plane says this instance is shutting down")
+        self._finish(EXIT_REFUSED, None)
+
+    # --- heartbeat and orders ------------------------------------------------------------
+    def _heartbeat(self, now: float) -> None:
+        assert self.agent_id is not None
+        statuses = {tid: run.status() for tid, run in self.trials.items()}
+        notice = self.watcher.notice
+        metrics = self._metrics()
+        request = HeartbeatRequest(
+            trials=list(statuses.values()),
+            gpu_metrics=metrics,
+            draining=self.draining,
+            interruption_notice=notice is not None and notice.action == "preempt",
+        )
+        try:
+            reply = self.client.heartbeat(self.agent_id, request)
+        except Unreachable as exc:
+            self._failures += 1
+            delay = max(self.interval, self.client.backoff(self._failures))
+            self._next_heartbeat = now + delay
+            log.warning(
+                "heartbeat failed (%s); trials keep running; silent for %.0f s",
+                exc,
+                self.deadman.silent_for(),
+            )
+            return
+        except ControlPlaneError as exc:
+            if exc.status in (403, 404, 409, 410):
+                self._refused("heartbeat", exc)
+            else:
+                log.error("heartbeat rejected: %s", exc)
+                self._next_heartbeat = now + self.interval
+            return
+        self._failures = 0
+        self._next_heartbeat = now + self.interval
+        self.deadman.contact()
+        for tid, sent in statuses.items():
+            self._acked(self.trials[tid], sent)
+        if self._cloudwatch is not None:
+            self._cloudwatch.maybe_put(now, metrics)
+        if reply.drain and not self.draining:
+            log.info("the control plane asked this agent to drain")
+            self.draining = True
+        for tid in reply.stop:
+            if tid in self.trials:
+                log.info("stopping trial %s on request", tid)
+                self.trials[tid].stop(AgentTrialState.STOPPED, self.config.stop_grace_s, now)
+        for assignment in reply.start:
+            self._start(assignment)
+
+    def _acked(self, run: TrialRun, sent: TrialStatus) -> None:
+        run.acked = sent
+        # A finished run is forgotten once reported, so a re-run of the same trial id
+        # (restart after a user error) can be started here again.
+        if run.terminal and run.status() == sent and self.trials.get(run.trial_id) is run:
+            del self.trials[run.trial_id]
+            run.cleanup()
+
+    def _send_status(self, run: TrialRun) -> None:
+        if self.agent_id is None:
+            return
+        status = run.status()
+        log.info("trial %s: %s (exit code %s)", run.trial_id, status.state, status.exit_code)
+        try:
+            self.client.trial_status(self.agent_id, status)
+        except (Unreachable, ControlPlaneError) as exc:
+            log.warning(
+                "status of %s not delivered (%s); the heartbeat will carry it", run.trial_id, exc
+            )
+            return
+        self._acked(run, status)
+
+    def _send_logs(self, trial_id: str, batch: LogBatch) -> None:
+        assert self.agent_id is not None
+        try:
+            self.client.logs(self.agent_id, trial_id, batch)
+        except ControlPlaneError as exc:
+            raise PermanentLogError(str(exc)) from exc
+
+    def _start(self, a: TrialAssignment) -> None:
+        existing = self.trials.get(a.trial_id)
+        if existing is not None:
+            return  # already running here (a reply crossed our report): nothing to do
+        if self.draining or self._exit_when_done is not None:
+            log.info("not starting %s: draining", a.trial_id)
+            return
+        assert self.agent_id is not None
+        spec = launch_spec(a, self.config, self.agent_id, self.executor.in_container)
+        run = TrialRun(a, spec, self.executor, lambda s, line: self.logs.add(a.trial_id, s, line))
+        self.trials[a.trial_id] = run
+        self.logs.start_run(a.trial_id)
+        missing = sorted(set(a.gpus) - {g.index for g in self.gpus})
+        if missing:
+            run.fail(f"GPU indices {missing} do not exist on this agent")
+        else:
+            log.info("starting trial %s on GPUs %s with %s", a.trial_id, a.gpus, self.executor.name)
+            run.start()
+        self._send_status(run)
+
+    # --- interruptions and exit ----------------------------------------------------------
+    def _interrupt(self, notice: Notice, notify: bool) -> None:
+        self.draining = True
+        if notice.action == "preempt":
+            grace = grace_for(notice, self.config.interruption_margin_s)
+            now = self.clock.monotonic()
+            for run in self.trials.values():
+                run.stop(AgentTrialState.PREEMPTED, grace, now)
+        self._next_heartbeat = self.clock.monotonic()  # tell the control plane at once
+        if notify:
+            log.warning("interruption: trials checkpoint and stop; agent drains")
+
+    def _finish(self, code: int, deadline: float | None) -> None:
+        self._exit_when_done = code
+        self._exit_deadline = deadline
+
+    def _maybe_exit(self, now: float) -> None:
+        if self._exit_when_done is None:
+            return
+        running = [r for r in self.trials.values() if not r.terminal]
+        # Registered: wait until every end was reported and every log line delivered.
+        unreported = self.agent_id is not None and (bool(self.trials) or self.logs.backlog() > 0)
+        late = self._exit_deadline is not None and now >= self._exit_deadline
+        if late or not (running or unreported):
+            self.exit_code = self._exit_when_done

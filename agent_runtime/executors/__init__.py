@@ -1,0 +1,96 @@
+"""Executors start a trial and hand back a handle the agent polls and signals.
+
+``process`` runs the entrypoint as a local process group (machines without Docker, and the
+local stack); ``docker`` runs it in a container on the assigned GPUs. ``auto`` picks Docker
+when the SDK imports and the engine answers, else processes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from agent_runtime.config import AgentConfig
+from corral.api.schemas.agent import BindMount
+
+log = logging.getLogger(__name__)
+
+# Called from reader threads with (stream, line); must be thread-safe.
+LineSink = Callable[[str, str], None]
+
+# Runs ``container_startup_script`` (from $CORRAL_CONTAINER_STARTUP_SCRIPT) in the trial's
+# own shell, so its exports reach the entrypoint (the seeds' credential-helper example sets
+# HOME), and stops with a clear line if it fails; then execs the entrypoint as given.
+STARTUP_WRAPPER = (
+    "trap 'rc=$?; if [ $rc -ne 0 ]; then "
+    'echo "corral: container_startup_script failed with exit code $rc" >&2; fi\' EXIT\n'
+    "set -e\n"
+    'eval "$CORRAL_CONTAINER_STARTUP_SCRIPT"\n'
+    "set +e\n"
+    "trap - EXIT\n"
+    'exec "$@"\n'
+)
+STARTUP_SCRIPT_ENV = "CORRAL_CONTAINER_STARTUP_SCRIPT"
+
+
+def wrap_entrypoint(entrypoint: list[str], startup_script: str | None) -> list[str]:
+    if not startup_script:
+        return list(entrypoint)
+    return ["/bin/sh", "-c", STARTUP_WRAPPER, "corral-trial", *entrypoint]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    trial_id: str
+    experiment_id: str
+    agent_id: str
+    command: list[str]  # already wrapped for container_startup_script
+    env: dict[str, str]
+    gpus: list[int]
+    work_dir: Path  # per-trial scratch directory on the host (cwd of a process trial)
+    checkpoint_dir: Path  # host path, mounted at the same path in a container
+    image: str | None = None
+    bind_mounts: list[BindMount] = field(default_factory=list)
+    uid: int | None = None
+    gid: int | None = None
+
+
+class TrialHandle(Protocol):
+    def poll(self) -> int | None:
+        """The exit code once the trial ended (128+N for death by signal N), else None."""
+
+    def terminate(self) -> None:
+        """Ask the trial to checkpoint and exit (SIGTERM)."""
+
+    def kill(self) -> None:
+        """SIGKILL: the grace period is over."""
+
+    def cleanup(self) -> None:
+        """Release what the run held (container, pipes) after the exit was reported."""
+
+
+class Executor(Protocol):
+    name: str
+    in_container: bool
+
+    def launch(self, spec: LaunchSpec, on_line: LineSink) -> TrialHandle:
+        """Start the trial; may block (an image pull): the agent calls it off the loop."""
+
+
+def make_executor(config: AgentConfig) -> Executor:
+    from agent_runtime.executors.process import ProcessExecutor
+
+    if config.executor == "process":
+        return ProcessExecutor(config)
+    from agent_runtime.executors.docker import DockerExecutor, docker_client
+
+    if config.executor == "docker":
+        return DockerExecutor(config, docker_client())
+    try:
+        return DockerExecutor(config, docker_client())
+    except Exception as exc:  # no SDK, no engine, no permission: all mean "use processes"
+        log.info("Docker unavailable (%s); trials run as local processes", exc)
+        return ProcessExecutor(config)

@@ -1,0 +1,180 @@
+"""Run a trial in a Docker container on exactly the GPUs it was assigned.
+
+The ``docker`` SDK is imported lazily (only here, only when Docker is used) and the client is
+injected, so tests check the arguments given to a fake client without an engine. Containers
+belong to the Docker daemon, not to the agent: they keep running if the agent restarts or the
+control plane is briefly unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agent_runtime.config import AgentConfig
+from agent_runtime.executors import STARTUP_SCRIPT_ENV, LaunchSpec, LineSink
+
+log = logging.getLogger(__name__)
+
+_BUILTIN_NETWORKS = {"host", "bridge", "none", "default"}
+LABEL_TRIAL = "ai.corral.trial-id"
+LABEL_EXPERIMENT = "ai.corral.experiment-id"
+LABEL_AGENT = "ai.corral.agent-id"
+
+
+def docker_client() -> Any:
+    """A client for the local engine; raises if the SDK or the engine is missing."""
+    import docker  # type: ignore[import-untyped,unused-ignore]
+
+    client = docker.from_env()
+    client.ping()
+    return client
+
+
+def _device_request(device_ids: list[str]) -> object:
+    from docker.types import DeviceRequest  # type: ignore[import-untyped,unused-ignore]
+
+    return DeviceRequest(device_ids=device_ids, capabilities=[["gpu"]])
+
+
+class DockerHandle:
+    def __init__(self, container: Any) -> None:
+        self._container = container
+
+    def poll(self) -> int | None:
+        try:
+            self._container.reload()
+        except Exception as exc:
+            if type(exc).__name__ == "NotFound":  # removed behind our back
+                return 137
+            log.warning("cannot inspect container %s: %s", self._container.id, exc)
+            return None  # the engine hiccuped; the container is probably still fine
+        if self._container.status not in ("exited", "dead"):
+            return None
+        return int(self._container.attrs.get("State", {}).get("ExitCode", 255))
+
+    def terminate(self) -> None:
+        self._kill("SIGTERM")
+
+    def kill(self) -> None:
+        self._kill("SIGKILL")
+
+    def _kill(self, sig: str) -> None:
+        try:
+            self._container.kill(signal=sig)
+        except Exception as exc:  # already stopped: the engine answers 409
+            log.debug("kill %s %s: %s", sig, self._container.id, exc)
+
+    def cleanup(self) -> None:
+        try:
+            self._container.remove(force=True)
+        except Exception as exc:
+            log.warning("cannot remove container %s: %s", self._container.id, exc)
+
+
+class DockerExecutor:
+    name = "docker"
+    in_container = True
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        client: Any,
+        device_request: Callable[[list[str]], object] = _device_request,
+    ) -> None:
+        self._config = config
+        self._client = client
+        self._device_request = device_request
+        self._network_ready = False
+
+    def _ensure_network(self) -> None:
+        # Like Determined's agent: create the task network on first use if it is missing.
+        name = self._config.agent_docker_network
+        if self._network_ready or not name or name in _BUILTIN_NETWORKS:
+            return
+        if not self._client.networks.list(names=[name]):
+            log.info("creating docker network %s", name)
+            self._client.networks.create(name, driver="bridge")
+        self._network_ready = True
+
+    def run_kwargs(self, spec: LaunchSpec) -> dict[str, Any]:
+        """Everything handed to ``containers.run``: one place to read and to test."""
+        c = self._config
+        image = spec.image or c.default_trial_image
+        if not image:
+            raise ValueError("the trial has no image and default_trial_image is not set")
+        env = dict(spec.env)
+        if c.container_startup_script:  # normally already there (trials.launch_spec)
+            env[STARTUP_SCRIPT_ENV] = c.container_startup_script
+        volumes = [f"{spec.checkpoint_dir}:{spec.checkpoint_dir}:rw"] + [
+            f"{m.host_path}:{m.container_path}:{'ro' if m.read_only else 'rw'}"
+            for m in spec.bind_mounts
+        ]
+        kwargs: dict[str, Any] = {
+            "image": image,
+            "command": spec.command,
+            "detach": True,
+            "name": f"corral-{spec.trial_id}-{uuid.uuid4().hex[:6]}",
+            "environment": env,
+            "volumes": volumes,
+            "labels": {
+                LABEL_TRIAL: spec.trial_id,
+                LABEL_EXPERIMENT: spec.experiment_id,
+                LABEL_AGENT: spec.agent_id,
+            },
+            # PyTorch data loaders share tensors through /dev/shm; Docker's 64 MB kills them.
+            "shm_size": "4g",
+            "device_requests": (
+                [self._device_request([str(i) for i in spec.gpus])] if spec.gpus else []
+            ),
+        }
+        if c.agent_docker_network:
+            kwargs["network"] = c.agent_docker_network
+        if c.agent_docker_runtime:
+            kwargs["runtime"] = c.agent_docker_runtime
+        if spec.uid is not None or spec.gid is not None:
+            uid = spec.uid if spec.uid is not None else 0
+            kwargs["user"] = f"{uid}:{spec.gid}" if spec.gid is not None else str(uid)
+        return kwargs
+
+    def launch(self, spec: LaunchSpec, on_line: LineSink) -> DockerHandle:
+        spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self._ensure_network()
+        if spec.env.get("MASTER_ADDR") and self._config.agent_docker_network != "host":
+            log.warning(
+                "trial %s spans agents but agent_docker_network is %r: NCCL/GLOO peers on "
+                "other hosts reach containers only with the host network",
+                spec.trial_id,
+                self._config.agent_docker_network,
+            )
+        # containers.run pulls a missing image first; the agent calls launch off its loop.
+        container = self._client.containers.run(**self.run_kwargs(spec))
+        for stream in ("stdout", "stderr"):
+            chunks = container.logs(
+                stream=True, follow=True, stdout=stream == "stdout", stderr=stream == "stderr"
+            )
+            threading.Thread(
+                target=_pump,
+                args=(chunks, stream, on_line),
+                name=f"log-{spec.trial_id}-{stream}",
+                daemon=True,
+            ).start()
+        return DockerHandle(container)
+
+
+def _pump(chunks: Iterable[bytes], stream: str, on_line: LineSink) -> None:
+    """The SDK yields arbitrary chunks, not lines: reassemble lines before shipping them."""
+    pending = b""
+    try:
+        for chunk in chunks:
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                on_line(stream, line.decode("utf-8", errors="replace").rstrip("\r"))
+    except Exception as exc:  # the engine closed the stream (container removed)
+        log.debug("log stream %s ended: %s", stream, exc)
+    if pending:
+        on_line(stream, pending.decode("utf-8", errors="replace").rstrip("\r"))

@@ -1,0 +1,122 @@
+"""Trial log shipping: lines are numbered as they arrive, sent in batches, and kept until the
+control plane accepted them, so an outage delays logs instead of losing them (up to a cap).
+
+Sequence numbers are unique and increasing per trial across runs and agents: each run starts
+at its wall-clock start in microseconds, so a resent batch is recognisable as a duplicate and
+a later run never reuses an earlier run's numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import deque
+from typing import Any, Protocol
+
+from agent_runtime.clock import Clock
+from corral.api.schemas.agent import LogBatch, LogLineIn
+
+log = logging.getLogger(__name__)
+
+MAX_LINE = 16_384  # the schema's limit
+MAX_PENDING = 100_000  # per trial; beyond this the oldest unsent lines are dropped
+
+
+class LogSender(Protocol):
+    def __call__(self, trial_id: str, batch: LogBatch) -> None:
+        """Send or raise."""
+
+
+class LogShipper:
+    def __init__(self, clock: Clock, batch_lines: int = 500, sink: CloudWatchLogs | None = None):
+        self._clock = clock
+        self._lock = threading.Lock()  # reader threads append, the main loop flushes
+        self._pending: dict[str, deque[LogLineIn]] = {}
+        self._next_seq: dict[str, int] = {}
+        self._dropped: dict[str, int] = {}
+        self.batch_lines = max(1, min(batch_lines, 5_000))
+        self.sink = sink
+
+    def start_run(self, trial_id: str) -> None:
+        with self._lock:
+            base = int(self._clock.time() * 1_000_000)
+            self._next_seq[trial_id] = max(base, self._next_seq.get(trial_id, 0))
+
+    def add(self, trial_id: str, stream: str, line: str) -> None:
+        with self._lock:
+            seq = self._next_seq.get(trial_id, 0)
+            self._next_seq[trial_id] = seq + 1
+            queue = self._pending.setdefault(trial_id, deque())
+            if len(queue) >= MAX_PENDING:
+                queue.popleft()
+                self._dropped[trial_id] = self._dropped.get(trial_id, 0) + 1
+            queue.append(
+                LogLineIn(seq=seq, at=self._clock.time(), line=line[:MAX_LINE], stream=stream)
+            )
+
+    def backlog(self) -> int:
+        with self._lock:
+            return sum(len(q) for q in self._pending.values())
+
+    def flush(self, send: LogSender) -> bool:
+        """Send everything pending, batch by batch. Returns False if a send failed (the
+        lines stay queued and go again next time, with the same sequence numbers)."""
+        with self._lock:
+            trial_ids = list(self._pending)
+        for trial_id in trial_ids:
+            while True:
+                with self._lock:
+                    queue = self._pending.get(trial_id)
+                    if not queue:
+                        self._pending.pop(trial_id, None)
+                        break
+                    lines = [queue[i] for i in range(min(len(queue), self.batch_lines))]
+                try:
+                    send(trial_id, LogBatch(lines=lines))
+                except PermanentLogError as exc:
+                    log.warning("dropping %d log lines of %s: %s", len(lines), trial_id, exc)
+                except Exception as exc:
+                    log.debug("log flush failed for %s: %s", trial_id, exc)
+                    return False
+                with self._lock:
+                    # By sequence number, not count: the cap may have dropped lines meanwhile.
+                    while queue and queue[0].seq <= lines[-1].seq:
+                        queue.popleft()
+                if self.sink is not None:
+                    self.sink.put(trial_id, lines)
+        return True
+
+
+class PermanentLogError(Exception):
+    """The control plane refused the batch for good (4xx): resending cannot help."""
+
+
+class CloudWatchLogs:
+    """Optional copy of trial logs in CloudWatch Logs, one stream per agent and trial. Best
+    effort: the control plane holds the authoritative copy, so failures are logged, not kept."""
+
+    def __init__(self, group: str, agent_id: str, region: str | None, client: Any = None):
+        if client is None:
+            import boto3  # type: ignore[import-untyped,unused-ignore]
+
+            client = boto3.client("logs", region_name=region)
+        self._client = client
+        self._group = group
+        self._agent_id = agent_id
+        self._streams: set[str] = set()
+
+    def put(self, trial_id: str, lines: list[LogLineIn]) -> None:
+        stream = f"{self._agent_id}/{trial_id}"
+        events = [{"timestamp": int(x.at * 1000), "message": x.line or " "} for x in lines]
+        try:
+            if stream not in self._streams:
+                exists = self._client.exceptions.ResourceAlreadyExistsException
+                with contextlib.suppress(exists):
+                    self._client.create_log_stream(logGroupName=self._group, logStreamName=stream)
+                self._streams.add(stream)
+            self._client.put_log_events(
+                logGroupName=self._group, logStreamName=stream, logEvents=events
+            )
+        except Exception as exc:
+            log.warning("CloudWatch Logs put failed for %s: %s", stream, exc)

@@ -1,0 +1,127 @@
+"""``corral-agent``: wire the pieces from the config and run the loop until told to stop.
+
+Exit codes: 0 stopped on SIGTERM, 1 bad config or identity, 2 unhealthy (fewer GPUs than the
+instance type promises: not registered), 3 refused by the control plane, 4 dead man's switch.
+The systemd unit written by the bootstrap script does not restart on 2, 3 or 4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from agent_runtime.agent import EXIT_UNHEALTHY, Agent
+from agent_runtime.client import Auth, BearerAuth, ControlPlaneClient, SigV4Auth
+from agent_runtime.clock import Clock, EventSleeper, Sleeper, SystemClock
+from agent_runtime.config import AgentConfig, load_config
+from agent_runtime.deadman import Runner
+from agent_runtime.executors import Executor, make_executor
+from agent_runtime.gpus import GpuDetectionError, Unhealthy, check_expected, detect_gpus
+from agent_runtime.identity import InstanceIdentity, MetadataSource, metadata_source
+
+log = logging.getLogger("agent_runtime")
+
+EXIT_CONFIG = 1
+
+
+def make_auth(
+    config: AgentConfig, identity: InstanceIdentity, source: MetadataSource, clock: Clock
+) -> Auth:
+    if config.auth == "aws":
+        region = config.aws_region or identity.region
+        if not region:
+            raise ValueError("aws auth needs a region (aws_region or the identity document)")
+        return SigV4Auth(region)
+    if config.auth == "gce":
+        return BearerAuth(lambda: source.identity_token(config.api_url), clock, refresh=True)
+    token = config.dev_token.get_secret_value() if config.dev_token else ""
+    return BearerAuth(lambda: token, clock)
+
+
+def _proxies(config: AgentConfig) -> dict[str, str] | None:
+    """requests' proxy map for the control plane, or None when ``no_proxy`` covers the API
+    (an API inside the VPC). Without proxy settings requests reads the environment."""
+    from requests.utils import should_bypass_proxies
+
+    if config.no_proxy and should_bypass_proxies(config.api_url, no_proxy=config.no_proxy):
+        return None
+    out = {"http": config.http_proxy, "https": config.https_proxy}
+    return {k: v for k, v in out.items() if v} or None
+
+
+def build_agent(
+    config: AgentConfig,
+    clock: Clock | None = None,
+    sleeper: Sleeper | None = None,
+    *,
+    executor: Executor | None = None,
+    auth: Auth | None = None,
+    shutdown_runner: Runner | None = None,
+) -> Agent:
+    """Detect identity and GPUs and assemble an Agent. Raises ``Unhealthy`` when the GPUs
+    are short, before anything is sent to the control plane."""
+    clock = clock or SystemClock()
+    sleeper = sleeper or EventSleeper()
+    source = metadata_source(config, clock)
+    identity = source.identity()
+    try:
+        gpus = detect_gpus(config)
+    except GpuDetectionError as exc:
+        if config.expected_gpus:  # GPUs were promised: not finding any is unhealthy
+            raise Unhealthy(f"unhealthy: GPU detection failed: {exc}; not registering") from exc
+        log.info("no GPUs detected (%s)", exc)
+        gpus = []
+    check_expected(gpus, config.expected_gpus)
+    client = ControlPlaneClient(
+        config.api_url,
+        auth or make_auth(config, identity, source, clock),
+        sleeper,
+        timeout_s=config.request_timeout_s,
+        attempts=config.agent_reconnect_attempts,
+        backoff_s=config.agent_reconnect_backoff,
+        max_backoff_s=config.max_backoff_s,
+        proxies=_proxies(config),
+    )
+    return Agent(
+        config,
+        identity,
+        gpus,
+        client,
+        executor or make_executor(config),
+        source,
+        clock,
+        sleeper,
+        shutdown_runner=shutdown_runner,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="corral-agent", description=__doc__)
+    parser.add_argument("--config", type=Path, help="YAML/JSON config (or CORRAL_AGENT_CONFIG)")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = load_config(args.config)
+        agent = build_agent(config)
+    except Unhealthy as exc:
+        log.critical("%s", exc)
+        return EXIT_UNHEALTHY
+    except Exception as exc:
+        log.critical("cannot start the agent: %s", exc)
+        return EXIT_CONFIG
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.request_stop())
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

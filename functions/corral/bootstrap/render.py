@@ -1,0 +1,107 @@
+"""Render the agent bootstrap script (EC2 user data, GCE ``startup-script``).
+
+Stdlib only: this runs in the scale-up function on every launch. The script runs the pool's
+``startup_script`` first and aborts the boot if it fails, writes ``/etc/corral/agent.yaml``
+(JSON, which YAML readers accept), installs the agent if asked, and starts it under systemd
+(or nohup where there is no systemd). ``CORRAL_BOOTSTRAP_ROOT`` (a path prefix) and
+``CORRAL_BOOTSTRAP_DRY_RUN=1`` (print install/start commands instead of running them) exist
+for tests; nothing sets them on a real instance.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+
+EC2_USER_DATA_LIMIT = 16_384  # bytes, before base64; GCE allows 256 KB per metadata value
+
+
+@dataclass(frozen=True)
+class BootstrapSettings:
+    api_url: str
+    auth: str  # "aws" | "gce" | "dev"
+    pool: str
+    record_id: str | None = None
+    startup_script: str | None = None
+    container_startup_script: str | None = None
+    expected_gpus: int | None = None
+    agent_docker_network: str | None = "corral"
+    agent_docker_runtime: str | None = None
+    agent_reconnect_attempts: int = 5
+    agent_reconnect_backoff: float = 5.0
+    dead_man_switch_s: float | None = None
+    http_proxy: str | None = None
+    https_proxy: str | None = None
+    no_proxy: str | None = None
+    cloudwatch_log_group: str | None = None
+    cloudwatch_metrics_namespace: str | None = None
+    aws_region: str | None = None
+    agent_wheel_url: str | None = None  # None: use the corral-agent baked into the image
+    agent_settings: Mapping[str, object] = field(default_factory=dict)  # any other key
+
+    def agent_config(self) -> dict[str, object]:
+        config: dict[str, object] = {
+            "api_url": self.api_url,
+            "auth": self.auth,
+            "pool": self.pool,
+            "record_id": self.record_id,
+            "container_startup_script": self.container_startup_script,
+            "expected_gpus": self.expected_gpus,
+            "agent_docker_network": self.agent_docker_network,
+            "agent_docker_runtime": self.agent_docker_runtime,
+            "agent_reconnect_attempts": self.agent_reconnect_attempts,
+            "agent_reconnect_backoff": self.agent_reconnect_backoff,
+            "dead_man_switch_s": self.dead_man_switch_s,
+            "http_proxy": self.http_proxy,
+            "https_proxy": self.https_proxy,
+            "no_proxy": self.no_proxy,
+            "cloudwatch_log_group": self.cloudwatch_log_group,
+            "cloudwatch_metrics_namespace": self.cloudwatch_metrics_namespace,
+            "aws_region": self.aws_region,
+        }
+        config.update(self.agent_settings)
+        # Unset keys are left out so the agent's own defaults apply.
+        return {k: v for k, v in config.items() if v is not None}
+
+
+def render_bootstrap(settings: BootstrapSettings, max_bytes: int = EC2_USER_DATA_LIMIT) -> str:
+    template = resources.files("corral.bootstrap").joinpath("agent_bootstrap.sh.tmpl")
+    text = template.read_text(encoding="utf-8")
+    config = json.dumps(settings.agent_config(), indent=1, sort_keys=True)
+    startup = settings.startup_script or "true\n"
+    if not startup.endswith("\n"):
+        startup += "\n"
+    values = {
+        "@@STARTUP_DELIM@@": _delimiter("CORRAL_STARTUP_EOF", startup),
+        "@@CONFIG_DELIM@@": _delimiter("CORRAL_CONFIG_EOF", config),
+        "@@WHEEL_URL@@": _quote(settings.agent_wheel_url or ""),
+        "@@POOL@@": _quote(settings.pool),
+        "@@STARTUP_SCRIPT@@\n": startup,
+        "@@AGENT_CONFIG@@": config,
+    }
+    # One pass: text substituted in is never scanned again, so a user's script that happens
+    # to contain "@@...@@" stays as written.
+    out = re.sub("|".join(re.escape(k) for k in values), lambda m: values[m.group(0)], text)
+    size = len(out.encode())
+    if size > max_bytes:
+        raise ValueError(
+            f"bootstrap script is {size} bytes, over the {max_bytes}-byte user-data limit: "
+            "shorten startup_script or container_startup_script"
+        )
+    return out
+
+
+def _delimiter(base: str, body: str) -> str:
+    """A heredoc delimiter that no line of the body equals (quoted heredocs: no expansion)."""
+    lines = set(body.splitlines())
+    n = 0
+    while (name := f"{base}_{n}") in lines:
+        n += 1
+    return name
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"

@@ -1,0 +1,94 @@
+"""The rendered bootstrap script, actually run with bash (install/start steps in dry-run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from corral.bootstrap import BootstrapSettings, render_bootstrap
+from corral.bootstrap.render import EC2_USER_DATA_LIMIT
+
+
+def _settings(**kw: object) -> BootstrapSettings:
+    base: dict[str, object] = {
+        "api_url": "https://api.example.com",
+        "auth": "aws",
+        "pool": "gpu-pool",
+        "record_id": "rec-9",
+        "startup_script": "echo startup-script-ran\n",
+        "container_startup_script": "export HOME=/root\ndocker-credential-gcr configure-docker\n",
+        "expected_gpus": 4,
+        "agent_docker_runtime": "nvidia",
+    }
+    base.update(kw)
+    return BootstrapSettings(**base)  # type: ignore[arg-type]
+
+
+def _run(script: str, root: Path) -> subprocess.CompletedProcess[str]:
+    path = root / "user-data.sh"
+    path.write_text(script)
+    bin_dir = root / "bin"  # a preinstalled agent, as the machine image would have
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "corral-agent").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "corral-agent").chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CORRAL_BOOTSTRAP_ROOT": str(root),
+        "CORRAL_BOOTSTRAP_DRY_RUN": "1",
+    }
+    return subprocess.run(
+        ["bash", str(path)], capture_output=True, text=True, env=env, timeout=10, check=False
+    )
+
+
+def test_startup_script_runs_first_then_config_then_agent(tmp_path: Path) -> None:
+    script = render_bootstrap(_settings(agent_wheel_url="https://cp.example.com/corral.whl"))
+    assert script.startswith("#!/bin/bash")
+    assert "set -euo pipefail" in script
+    done = _run(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.index("startup-script-ran") < out.index("DRY-RUN: python3 -m venv")
+    assert "corral[agent] @ https://cp.example.com/corral.whl" in out
+    assert "DRY-RUN: systemctl enable --now corral-agent.service" in out
+    config = json.loads((tmp_path / "etc/corral/agent.yaml").read_text())
+    assert config["api_url"] == "https://api.example.com"
+    assert config["auth"] == "aws" and config["pool"] == "gpu-pool"
+    assert config["record_id"] == "rec-9" and config["expected_gpus"] == 4
+    assert config["container_startup_script"].startswith("export HOME=/root")
+    assert "http_proxy" not in config  # unset keys leave the agent's defaults
+    unit = (tmp_path / "etc/systemd/system/corral-agent.service").read_text()
+    assert "RestartPreventExitStatus=2 3 4" in unit
+    assert "--config /etc/corral/agent.yaml" in unit
+
+
+def test_failing_startup_script_aborts_the_boot(tmp_path: Path) -> None:
+    script = render_bootstrap(_settings(startup_script="echo about-to-fail\nexit 7\n"))
+    done = _run(script, tmp_path)
+    assert done.returncode == 7
+    assert "startup_script failed with exit code 7" in done.stderr
+    assert "DRY-RUN" not in done.stdout  # nothing installed or started
+    assert not (tmp_path / "etc/corral/agent.yaml").exists()
+
+
+def test_user_text_is_kept_verbatim(tmp_path: Path) -> None:
+    tricky = "cat <<'X'\nCORRAL_STARTUP_EOF_0\n@@AGENT_CONFIG@@ $HOME 'q' \"dq\"\nX\n"
+    script = render_bootstrap(_settings(startup_script=tricky, pool="it's"))
+    done = _run(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "CORRAL_STARTUP_EOF_0\n@@AGENT_CONFIG@@ $HOME 'q' \"dq\"" in done.stdout
+    assert (tmp_path / "etc/corral/startup_script.sh").read_text() == tricky
+    unit = (tmp_path / "etc/systemd/system/corral-agent.service").read_text()
+    assert f"ExecStart={tmp_path}/bin/corral-agent --config" in unit  # the preinstalled one
+
+
+def test_size_fits_ec2_user_data_and_oversize_is_refused() -> None:
+    typical = render_bootstrap(_settings(startup_script="apt-get update\n" * 100))
+    assert len(typical.encode()) < EC2_USER_DATA_LIMIT
+    with pytest.raises(ValueError, match="user-data limit"):
+        render_bootstrap(_settings(startup_script="x" * EC2_USER_DATA_LIMIT))

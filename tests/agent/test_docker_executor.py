@@ -1,0 +1,136 @@
+"""The Docker executor, checked by what it hands the docker SDK (no engine here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent_runtime.config import AgentConfig
+from agent_runtime.executors import LaunchSpec, wrap_entrypoint
+from agent_runtime.executors.docker import LABEL_TRIAL, DockerExecutor
+from corral.api.schemas.agent import BindMount
+
+
+class FakeContainer:
+    id = "c0ffee"
+
+    def __init__(self) -> None:
+        self.status = "running"
+        self.attrs: dict[str, Any] = {"State": {"ExitCode": 0}}
+        self.killed: list[str] = []
+        self.removed = False
+
+    def logs(self, **kw: Any) -> list[bytes]:
+        return [b"hello ", b"world\npart", b"ial\n"] if kw["stdout"] else [b"oops"]
+
+    def reload(self) -> None:
+        pass
+
+    def kill(self, signal: str) -> None:
+        self.killed.append(signal)
+        self.status, self.attrs = "exited", {"State": {"ExitCode": 143}}
+
+    def remove(self, force: bool) -> None:
+        self.removed = force
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.run_calls: list[dict[str, Any]] = []
+        self.created_networks: list[str] = []
+        self.container = FakeContainer()
+        outer = self
+
+        class Containers:
+            def run(self, **kw: Any) -> FakeContainer:
+                outer.run_calls.append(kw)
+                return outer.container
+
+        class Networks:
+            def list(self, names: list[str]) -> list[str]:
+                return []
+
+            def create(self, name: str, driver: str) -> None:
+                outer.created_networks.append(f"{name}/{driver}")
+
+        self.containers, self.networks = Containers(), Networks()
+
+
+def test_run_arguments(tmp_path: Path) -> None:
+    config = AgentConfig(
+        api_url="http://cp",
+        dev_token="t",  # type: ignore[arg-type]
+        dev_instance_id="i-1",
+        agent_docker_network="corral",
+        agent_docker_runtime="nvidia",
+        container_startup_script="export HOME=/root",
+        http_proxy="http://proxy:3128",
+    )
+    client = FakeClient()
+    executor = DockerExecutor(config, client, device_request=lambda ids: {"ids": ids})
+    spec = LaunchSpec(
+        trial_id="t-1",
+        experiment_id="e-1",
+        agent_id="rec-1",
+        command=wrap_entrypoint(["python", "train.py"], config.container_startup_script),
+        env={"CORRAL_TRIAL_ID": "t-1", **config.proxy_env()},
+        gpus=[2, 3],
+        work_dir=tmp_path / "w",
+        checkpoint_dir=tmp_path / "ckpt",
+        image="pytorch/pytorch:2.3",
+        bind_mounts=[
+            BindMount(host_path="/data", container_path="/data", read_only=True),
+            BindMount(host_path="/scratch", container_path="/s"),
+        ],
+        uid=1000,
+        gid=1000,
+    )
+    lines: list[tuple[str, str]] = []
+    handle = executor.launch(spec, lambda s, line: lines.append((s, line)))
+    (kw,) = client.run_calls
+    assert kw["image"] == "pytorch/pytorch:2.3" and kw["detach"] is True
+    assert kw["device_requests"] == [{"ids": ["2", "3"]}]
+    assert kw["network"] == "corral" and kw["runtime"] == "nvidia"
+    assert kw["user"] == "1000:1000"
+    assert kw["volumes"] == [
+        f"{tmp_path}/ckpt:{tmp_path}/ckpt:rw",
+        "/data:/data:ro",
+        "/scratch:/s:rw",
+    ]
+    assert kw["labels"][LABEL_TRIAL] == "t-1"
+    env = kw["environment"]
+    assert env["HTTP_PROXY"] == env["http_proxy"] == "http://proxy:3128"
+    assert env["CORRAL_CONTAINER_STARTUP_SCRIPT"] == "export HOME=/root"
+    assert kw["command"][:2] == ["/bin/sh", "-c"] and kw["command"][-2:] == ["python", "train.py"]
+    assert client.created_networks == ["corral/bridge"]
+    assert handle.poll() is None
+    handle.terminate()
+    assert client.container.killed == ["SIGTERM"]
+    assert handle.poll() == 143
+    handle.cleanup()
+    assert client.container.removed
+    # The log threads reassemble chunks into lines.
+    import time
+
+    deadline = time.monotonic() + 2
+    while len(lines) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(lines) == [("stderr", "oops"), ("stdout", "hello world"), ("stdout", "partial")]
+
+
+def test_no_gpus_no_device_request_and_host_network_untouched(tmp_path: Path) -> None:
+    config = AgentConfig(
+        api_url="http://cp",
+        dev_token="t",  # type: ignore[arg-type]
+        dev_instance_id="i-1",
+        agent_docker_network="host",
+        default_trial_image="busybox",
+    )
+    client = FakeClient()
+    executor = DockerExecutor(config, client, device_request=lambda ids: ids)
+    spec = LaunchSpec("t", "e", "a", ["true"], {}, [], tmp_path, tmp_path / "c")
+    kw = executor.run_kwargs(spec)
+    assert kw["device_requests"] == [] and kw["image"] == "busybox"
+    assert "runtime" not in kw and "user" not in kw
+    executor.launch(spec, lambda s, line: None)
+    assert client.created_networks == []
