@@ -1,0 +1,169 @@
+"""Pure functions that turn a launch request and a pool's AWS block into RunInstances input.
+
+Kept apart from the boto3 calls so the exact request is easy to read and to test, and so
+importing it costs nothing (no boto3).
+
+Why RunInstances with ``InstanceMarketOptions`` for spot, not RequestSpotInstances:
+- tags at creation: ``TagSpecifications`` put the ownership pair on the instance, its
+  volumes and the spot request in the same call, so no untagged instance ever exists (a
+  RequestSpotInstances instance is untagged until someone tags it after fulfilment, and a
+  crash in between leaks it);
+- the same ``ClientToken`` semantics as on-demand launches (one token, one instance);
+- no separate open phase: a one-time request either fills at once or the call fails with a
+  capacity or price error the planner acts on right away, instead of a request sitting open.
+EC2 still creates a (one-time) spot request behind the instance, which is why
+``list_spot_requests`` / ``cancel_spot_requests`` are still supported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from corral.bootstrap.render import BootstrapSettings, render_bootstrap
+from corral.domain.config.aws import AwsProvider
+from corral.domain.errors import LaunchError, LaunchErrorClass
+from corral.domain.ownership import POOL_TAG, RECORD_TAG
+from corral.ports.cloud import LaunchRequest
+
+# EC2 limits user data to 16 KB before base64 (RunInstances refuses more).
+USER_DATA_LIMIT = 16 * 1024
+# EC2 ClientToken: at most 64 ASCII characters.
+CLIENT_TOKEN_LIMIT = 64
+# The root device of the agent AMIs (Deep Learning AMIs / Ubuntu, and what Determined uses).
+# Reading it from the AMI would need ec2:DescribeImages, which the seed's IAM list lacks.
+ROOT_DEVICE = "/dev/sda1"
+# IMDSv2 only (no token-less metadata reads), and instance tags readable from IMDS so the
+# agent learns its pool and record without ec2:DescribeTags.
+METADATA_OPTIONS = {
+    "HttpTokens": "required",
+    "HttpEndpoint": "enabled",
+    "InstanceMetadataTags": "enabled",
+}
+
+
+def client_token(token: str) -> str:
+    """The request's token, shortened deterministically when EC2 would refuse its length."""
+    if len(token) <= CLIENT_TOKEN_LIMIT and token.isascii():
+        return token
+    return hashlib.sha256(token.encode()).hexdigest()  # 64 hex characters
+
+
+def resource_tags(provider: AwsProvider, request: LaunchRequest) -> list[dict[str, str]]:
+    """Custom tags first, then ours, so a custom tag can never override an ownership tag."""
+    tags: dict[str, str] = {t.key: t.value for t in provider.custom_tags}
+    tags.update(
+        {
+            provider.tag_key: provider.tag_value,
+            POOL_TAG: request.pool,
+            RECORD_TAG: request.record_id,
+            "Name": provider.instance_name,
+        }
+    )
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+def subnet_for(provider: AwsProvider, location: str) -> str | None:
+    """The subnet of an offering location; None means the region's default subnets."""
+    if location in provider.network_interface.subnet_id:
+        return location
+    if location == provider.region and not provider.network_interface.subnet_id:
+        return None
+    raise LaunchError(
+        LaunchErrorClass.INVALID_CONFIG,
+        "LocationNotInPool",
+        f"location {location!r} is not a subnet of this pool "
+        f"(pool locations: {', '.join(provider.locations)})",
+    )
+
+
+def run_instances_params(
+    provider: AwsProvider, request: LaunchRequest, user_data: str
+) -> dict[str, Any]:
+    """The complete RunInstances input for one launch attempt."""
+    if len(user_data.encode()) > USER_DATA_LIMIT:
+        raise LaunchError(
+            LaunchErrorClass.INVALID_CONFIG,
+            "UserDataTooLarge",
+            f"user data is {len(user_data.encode())} bytes, EC2 allows {USER_DATA_LIMIT}",
+        )
+    offering = request.offering
+    tags = resource_tags(provider, request)
+    resource_types = ["instance", "volume", "network-interface"]
+    if offering.is_spot:
+        resource_types.append("spot-instances-request")
+    nic: dict[str, Any] = {
+        "DeviceIndex": 0,
+        "AssociatePublicIpAddress": provider.network_interface.public_ip,
+        "DeleteOnTermination": True,
+    }
+    subnet = subnet_for(provider, offering.location)
+    if subnet is not None:
+        nic["SubnetId"] = subnet
+    if provider.network_interface.security_group_id is not None:
+        nic["Groups"] = [provider.network_interface.security_group_id]
+    params: dict[str, Any] = {
+        "ImageId": provider.image_id,
+        "InstanceType": offering.instance_type,
+        "MinCount": 1,
+        "MaxCount": 1,
+        "ClientToken": client_token(request.token),
+        "NetworkInterfaces": [nic],
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": ROOT_DEVICE,
+                "Ebs": {
+                    "VolumeSize": provider.root_volume_size,
+                    "VolumeType": "gp3",
+                    "DeleteOnTermination": True,
+                },
+            }
+        ],
+        "MetadataOptions": dict(METADATA_OPTIONS),
+        # The agent's dead man's switch runs `shutdown -h`: that must end the bill, not stop.
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        # boto3 base64-encodes UserData for RunInstances itself.
+        "UserData": user_data,
+        "TagSpecifications": [{"ResourceType": t, "Tags": tags} for t in resource_types],
+    }
+    if provider.ssh_key_name:
+        params["KeyName"] = provider.ssh_key_name
+    if provider.iam_instance_profile_arn:
+        params["IamInstanceProfile"] = {"Arn": provider.iam_instance_profile_arn}
+    if offering.is_spot:
+        spot: dict[str, Any] = {
+            "SpotInstanceType": "one-time",
+            "InstanceInterruptionBehavior": "terminate",
+        }
+        if provider.spot_max_price is not None:
+            spot["MaxPrice"] = str(provider.spot_max_price)
+        params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+    return params
+
+
+def bootstrap_settings(provider: AwsProvider, request: LaunchRequest) -> BootstrapSettings:
+    """What the agent on this instance needs, from the pool's block and the launch."""
+    return BootstrapSettings(
+        api_url=provider.master_url or "",
+        auth="aws",
+        pool=request.pool,
+        record_id=request.record_id,
+        startup_script=provider.startup_script,
+        container_startup_script=provider.container_startup_script,
+        expected_gpus=request.offering.slots,
+        agent_docker_network=provider.agent_docker_network,
+        agent_docker_runtime=provider.agent_docker_runtime,
+        agent_reconnect_attempts=provider.agent_reconnect_attempts,
+        agent_reconnect_backoff=provider.agent_reconnect_backoff,
+        aws_region=provider.region,
+    )
+
+
+def render_user_data(provider: AwsProvider, request: LaunchRequest) -> str:
+    """The bootstrap script of one launch; too large a script fails the record."""
+    try:
+        return render_bootstrap(bootstrap_settings(provider, request), USER_DATA_LIMIT)
+    except ValueError as error:
+        raise LaunchError(
+            LaunchErrorClass.INVALID_CONFIG, "UserDataTooLarge", str(error)
+        ) from error
