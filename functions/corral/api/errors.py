@@ -1,0 +1,119 @@
+"""Every failure becomes ``{"message": ..., "errors"?: [{"field", "reason"}]}``, never a traceback.
+
+One table maps exception types to HTTP statuses, so the routes just raise: services raise
+their own errors (SubmitError, AgentError, NotFoundError, ConflictError), config parsing
+raises ConfigError, and anything unexpected is logged with the request id and answered 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError as NoRoute
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+
+from corral.api.auth import AuthError
+from corral.api.schemas.public import ErrorBody, FieldError
+from corral.domain.config import ConfigError
+from corral.domain.errors import ConflictError, NotFoundError
+from corral.domain.state_machine import IllegalTransition
+from corral.services.agents import AgentError
+from corral.services.submit import SubmitError
+
+logger = logging.getLogger("corral.api")
+
+# Where a request value came from; dropped from field paths ("body.config" -> "config").
+_SOURCES = {"body", "query", "path", "header"}
+_REASONS = {"missing": "required", "extra_forbidden": "unknown field"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, errors: Sequence[FieldError] = ()) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.errors = list(errors)
+
+
+def error_response(
+    status: int, message: str, errors: Iterable[FieldError] | None = None
+) -> Response[Any]:
+    listed = list(errors) if errors is not None else None
+    body = ErrorBody(message=message, errors=listed or None)
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=body.model_dump(mode="json", exclude_none=True),
+    )
+
+
+def field_path(loc: Sequence[str | int]) -> str:
+    parts = list(loc[1:] if loc and loc[0] in _SOURCES else loc)
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _reason(error: dict[str, Any]) -> str:
+    kind = str(error.get("type"))
+    return _REASONS.get(kind) or str(error.get("msg", "invalid")).removeprefix("Value error, ")
+
+
+def _validation_errors(exc: RequestValidationError) -> Response[Any]:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return error_response(400, "the request body is not valid JSON")
+    fields = [
+        FieldError(
+            field=field_path(tuple(e.get("loc", ()))),
+            reason=_reason(e),
+        )
+        for e in errors
+    ]
+    return error_response(422, "invalid request", fields)
+
+
+def install_error_handlers(app: APIGatewayHttpResolver) -> None:
+    def config_error(exc: ConfigError) -> Response[Any]:
+        problems = [FieldError(field=p.path, reason=p.reason) for p in exc.problems]
+        return error_response(422, "invalid config", problems)
+
+    def submit_error(exc: SubmitError) -> Response[Any]:
+        # Valid config the cluster cannot run (no such pool, more GPUs than a pool holds).
+        return error_response(422, str(exc), [FieldError(field=exc.field, reason=exc.reason)])
+
+    def conflict(exc: Exception) -> Response[Any]:
+        # A lost race with another function: the caller may simply retry. The detail (record
+        # versions, state names) is for the logs, not the caller.
+        logger.info("conflict: %s", exc)
+        return error_response(409, "the record changed while handling the request; retry")
+
+    def no_route(exc: NoRoute) -> Response[Any]:
+        http = app.current_event.request_context.http
+        return error_response(404, f"no route {http.method} {http.path}")
+
+    def unexpected(exc: Exception) -> Response[Any]:
+        request_id = app.current_event.request_context.request_id
+        logger.exception("unhandled error in %s", app.current_event.raw_path)
+        return error_response(500, f"internal error (request id {request_id})")
+
+    handlers: list[tuple[type[Exception] | list[type[Exception]], Callable[[Any], Any]]] = [
+        (RequestValidationError, _validation_errors),
+        (ConfigError, config_error),
+        (SubmitError, submit_error),
+        (ApiError, lambda e: error_response(e.status, e.message, e.errors)),
+        (AuthError, lambda e: error_response(e.status, e.message)),
+        (AgentError, lambda e: error_response(e.status, e.message)),
+        (NotFoundError, lambda e: error_response(404, str(e))),
+        ([ConflictError, IllegalTransition], conflict),
+        (NoRoute, no_route),
+        # Last resort: the most specific handler wins (Powertools looks up the MRO).
+        (Exception, unexpected),
+    ]
+    for exc_class, handler in handlers:
+        # Called, not used as decorators: Powertools' decorator is untyped.
+        app.exception_handler(exc_class)(handler)

@@ -1,0 +1,98 @@
+"""Agent routes: the agent protocol (``corral.api.schemas.agent``) over HTTP.
+
+Each route takes the instance id the caller PROVED (``Deps.agent``), never one it claims, and
+the services check every agent id and trial against it: an agent can only act on its own
+record and on trials placed on it (403 otherwise).
+"""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+
+from corral.api.deps import Deps
+from corral.api.errors import ApiError
+from corral.api.openapi import errors
+from corral.api.schemas.agent import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    LogBatch,
+    RegisterRequest,
+    RegisterResponse,
+    TrialStatus,
+)
+from corral.api.schemas.public import Accepted, FieldError, StatusApplied
+from corral.services import agents
+from corral.services.context import Context
+
+TAG = "agents"
+
+
+def _placed_here(ctx: Context, agent_id: str, cloud_id: str, trial_id: str) -> None:
+    """A trial an agent may report on: one placed on it at some point. Reports about a trial
+    that has since moved on are still accepted (and ignored by the service), because the
+    agent may learn of the move only from the reply. The record is checked first, so another
+    instance's agent learns nothing about trials (403 before any 404)."""
+    record = ctx.store.get_instance(agent_id)
+    if record is None or record.cloud_id != cloud_id:
+        raise ApiError(403, f"agent {agent_id} does not belong to {cloud_id}")
+    trial = ctx.store.get_trial(trial_id)
+    if trial is None:
+        raise ApiError(404, f"no trial {trial_id}")
+    if agent_id not in trial.ran_on:
+        raise ApiError(403, f"trial {trial_id} was never placed on {agent_id}")
+
+
+def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
+    @app.post(
+        "/agents/register",
+        tags=[TAG],
+        summary="An agent proves its instance and registers its GPUs",
+        responses=errors(404, 409, 422),
+    )
+    def register_agent(body: RegisterRequest) -> RegisterResponse:
+        principal = deps.agent_principal()
+        refusal = deps.auth.identity_refusal(principal, body.identity)
+        if refusal is not None:
+            raise ApiError(403, refusal)
+        return agents.register(deps.ctx(), body, principal.cloud_id or "")
+
+    @app.post(
+        "/agents/<agent_id>/heartbeat",
+        tags=[TAG],
+        summary="Heartbeat; the reply carries trials to start and stop, and drain",
+        responses=errors(409),
+    )
+    def heartbeat(agent_id: str, body: HeartbeatRequest) -> HeartbeatResponse:
+        cloud_id = deps.agent()
+        return agents.heartbeat(deps.ctx(), agent_id, cloud_id, body)
+
+    @app.post(
+        "/agents/<agent_id>/trials/<trial_id>/status",
+        tags=[TAG],
+        summary="A trial changed state on the agent",
+        responses=errors(404, 409, 422),
+    )
+    def trial_status(agent_id: str, trial_id: str, body: TrialStatus) -> StatusApplied:
+        cloud_id = deps.agent()
+        if body.trial_id != trial_id:
+            raise ApiError(
+                422,
+                "invalid request",
+                [FieldError(field="trial_id", reason=f"must be {trial_id}, as in the path")],
+            )
+        ctx = deps.ctx()
+        _placed_here(ctx, agent_id, cloud_id, trial_id)
+        moved = agents.report_trial_status(ctx, agent_id, cloud_id, body)
+        return StatusApplied(
+            applied=moved is not None, trial_state=moved.state.value if moved else None
+        )
+
+    @app.post(
+        "/agents/<agent_id>/trials/<trial_id>/logs",
+        tags=[TAG],
+        summary="Append a batch of a trial's log lines (idempotent per seq)",
+        responses=errors(404, 422),
+    )
+    def trial_logs(agent_id: str, trial_id: str, body: LogBatch) -> Accepted:
+        cloud_id = deps.agent()
+        return Accepted(accepted=agents.append_logs(deps.ctx(), agent_id, cloud_id, trial_id, body))

@@ -1,0 +1,136 @@
+"""User routes for work: experiments, their trials and logs, and commands."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.params import Query
+
+from corral.api.deps import Deps
+from corral.api.openapi import errors
+from corral.api.schemas.public import (
+    CreateExperimentRequest,
+    ExperimentDetail,
+    ExperimentList,
+    ExperimentView,
+    LogsPage,
+    RunCommandRequest,
+    TrialList,
+    TrialView,
+)
+from corral.domain.config import CommandConfig, ExperimentConfig, parse_yaml, validate
+from corral.services import kill, submit, views
+
+TAG = "experiments"
+
+
+def config_mapping(config: dict[str, Any] | str) -> dict[str, Any]:
+    """The submitted config as a mapping. YAML text is parsed here, never treated as a path:
+    ``read_source`` would read a server-side file for a one-line string ending in .yaml."""
+    return parse_yaml(config) if isinstance(config, str) else config
+
+
+def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
+    @app.post(
+        "/experiments",
+        tags=[TAG],
+        summary="Submit an experiment",
+        responses=errors(400, 401, 403, 409, 422, created=ExperimentDetail),
+    )
+    def create_experiment(body: CreateExperimentRequest) -> Response[ExperimentDetail]:
+        user = deps.user()
+        ctx = deps.ctx()
+        # Validate everything before the service writes anything: a bad config or a trial no
+        # pool can hold is refused with nothing half-written.
+        config = validate(ExperimentConfig, config_mapping(body.config))
+        done = submit.submit_experiment(
+            ctx, config, owner=user.name, client_token=body.client_token
+        )
+        return _created(views.experiment_detail(ctx, done.experiment.id), done.created)
+
+    @app.get("/experiments", tags=[TAG], summary="List experiments, newest first")
+    def list_experiments(
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> ExperimentList:
+        deps.user()
+        return views.list_experiments(deps.ctx(), limit)
+
+    @app.get(
+        "/experiments/<experiment_id>",
+        tags=[TAG],
+        summary="Describe an experiment, with its config and trials",
+        responses=errors(404),
+    )
+    def describe_experiment(experiment_id: str) -> ExperimentDetail:
+        deps.user()
+        return views.experiment_detail(deps.ctx(), experiment_id)
+
+    @app.post(
+        "/experiments/<experiment_id>/kill",
+        tags=[TAG],
+        summary="Kill an experiment: pending trials are cancelled, running ones stopped",
+        responses=errors(404, 409),
+    )
+    def kill_experiment(experiment_id: str) -> ExperimentView:
+        deps.user()
+        ctx = deps.ctx()
+        return views.experiment_view(ctx, kill.kill_experiment(ctx, experiment_id))
+
+    @app.get(
+        "/experiments/<experiment_id>/trials",
+        tags=[TAG],
+        summary="List an experiment's trials",
+        responses=errors(404),
+    )
+    def list_trials(experiment_id: str) -> TrialList:
+        deps.user()
+        return views.experiment_trials(deps.ctx(), experiment_id)
+
+    @app.get(
+        "/trials/<trial_id>",
+        tags=[TAG],
+        summary="Describe a trial (pending_reason says why it is not running)",
+        responses=errors(404),
+    )
+    def describe_trial(trial_id: str) -> TrialView:
+        deps.user()
+        return views.trial_view(deps.ctx(), trial_id)
+
+    @app.get(
+        "/trials/<trial_id>/logs",
+        tags=[TAG],
+        summary="A page of a trial's log lines; follow with after_seq=next_after_seq",
+        responses=errors(404),
+    )
+    def trial_logs(
+        trial_id: str,
+        after_seq: Annotated[int, Query(ge=-1)] = -1,
+        limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
+    ) -> LogsPage:
+        deps.user()
+        return views.logs_page(deps.ctx(), trial_id, after_seq=after_seq, limit=limit)
+
+    @app.post(
+        "/commands",
+        tags=[TAG],
+        summary="Run a command (a one-trial experiment that is never restarted)",
+        responses=errors(400, 409, 422, created=ExperimentDetail),
+    )
+    def run_command(body: RunCommandRequest) -> Response[ExperimentDetail]:
+        user = deps.user()
+        ctx = deps.ctx()
+        config = validate(CommandConfig, config_mapping(body.config))
+        done = submit.run_command(
+            ctx, config, body.argv, owner=user.name, client_token=body.client_token
+        )
+        return _created(views.experiment_detail(ctx, done.experiment.id), done.created)
+
+
+def _created(detail: ExperimentDetail, created: bool) -> Response[ExperimentDetail]:
+    # 201 for a new experiment; 200 when the client token found the one a retry created.
+    return Response(
+        status_code=201 if created else 200,
+        content_type=content_types.APPLICATION_JSON,
+        body=detail,
+    )

@@ -1,0 +1,274 @@
+"""The user-facing HTTP API: request bodies and the read models every response is made of.
+
+The CLI (``corral ... --json``) prints these models as they are, so field names are part of
+the public contract: add fields, never rename or remove them. Times are float seconds since
+the epoch (UTC), durations float seconds, money USD. Requests reject unknown keys (a typo in
+``client_token`` must not silently make a retry create a second experiment); responses carry
+every field, with ``null`` where a value is unknown, so clients need no defaults of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+# ---- requests -------------------------------------------------------------------------------
+def _mapping_or_text(value: object) -> dict[str, Any] | str:
+    # One error at ``config`` (not one per union member, ``config.str`` and the like).
+    if isinstance(value, dict | str):
+        return value
+    raise ValueError("must be a mapping or the YAML text of the config")
+
+
+ConfigInput = Annotated[
+    dict[str, Any] | str,
+    PlainValidator(_mapping_or_text, json_schema_input_type=dict[str, Any] | str),
+]
+
+
+class CreateExperimentRequest(_Request):
+    config: ConfigInput = Field(
+        description="The experiment config: a mapping, or the YAML text of the file"
+    )
+    client_token: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Makes the submission idempotent: a retry with the same token returns "
+        "the experiment the first call created (200) instead of creating another (201)",
+    )
+
+
+class RunCommandRequest(_Request):
+    config: ConfigInput = Field(
+        default_factory=dict, description="A command config (Determined's command.yaml)"
+    )
+    argv: list[str] = Field(
+        default_factory=list, description="The command line; empty: the config's entrypoint"
+    )
+    client_token: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+# ---- errors ---------------------------------------------------------------------------------
+class FieldError(_View):
+    field: str = Field(description="Dotted path of the wrong field ('' = the whole document)")
+    reason: str
+
+
+class ErrorBody(_View):
+    message: str
+    errors: list[FieldError] | None = None
+
+
+# ---- shared pieces --------------------------------------------------------------------------
+class HistoryItem(_View):
+    state: str
+    at: float
+    reason: str
+
+
+class PlacementPart(_View):
+    instance_id: str
+    gpus: list[int]
+
+
+# ---- trials and experiments -----------------------------------------------------------------
+class TrialView(_View):
+    id: str
+    experiment_id: str
+    pool: str
+    state: str
+    slots: int
+    priority: int
+    submitted_at: float
+    pending_reason: str | None = Field(
+        description="Why the trial is not running (null while it runs or once it ended)"
+    )
+    placement: list[PlacementPart]
+    restarts: int = Field(description="User-error restarts used (lost instances never count)")
+    max_restarts: int
+    preemptions: int = Field(description="Times infrastructure took its GPUs away")
+    latest_checkpoint: str | None
+    exit_code: int | None
+    cost_usd: float = Field(description="Its share of instance cost so far (estimate)")
+    gpu_hours: float
+    hyperparameters: dict[str, Any]
+    ran_on: list[str]
+    history: list[HistoryItem]
+
+
+class TrialList(_View):
+    trials: list[TrialView]
+
+
+class ExperimentView(_View):
+    id: str
+    name: str
+    pool: str
+    state: str = Field(description="Derived from the trials and the kill flag")
+    owner: str | None
+    is_command: bool
+    submitted_at: float
+    killed_at: float | None
+    trial_count: int
+    trials_by_state: dict[str, int]
+    cost_usd: float
+    gpu_hours: float
+
+
+class ExperimentDetail(ExperimentView):
+    config: dict[str, Any]
+    trials: list[TrialView]
+
+
+class ExperimentList(_View):
+    experiments: list[ExperimentView]
+
+
+# ---- instances (agents) ---------------------------------------------------------------------
+class InstanceView(_View):
+    id: str
+    pool: str
+    state: str
+    offering: str = Field(description="instance type|location|capacity type")
+    instance_type: str
+    location: str
+    capacity_type: str
+    slots: int
+    free_slots: int
+    hourly_price_usd: float
+    cloud_id: str | None
+    spot_request_id: str | None
+    address: str | None
+    created_at: float
+    launched_at: float | None
+    registered_at: float | None
+    terminated_at: float | None
+    idle_since: float | None
+    idle_s: float | None = Field(description="How long it has been idle, if it is")
+    cost_usd: float = Field(description="Billed so far (per second, 60 s minimum)")
+    last_heartbeat_at: float | None
+    heartbeat_age_s: float | None
+    gpu_utilization_pct: list[float]
+    gpu_memory_used_mib: list[float]
+    trials: list[str]
+    attempt: int
+    last_error: str | None
+    interruption_notice_at: float | None
+    history: list[HistoryItem]
+
+
+class InstanceList(_View):
+    instances: list[InstanceView]
+
+
+# ---- pools ----------------------------------------------------------------------------------
+class OfferingView(_View):
+    key: str
+    instance_type: str
+    location: str
+    capacity_type: str
+    slots: int
+    hourly_price_usd: float
+    available: bool = Field(description="False while the cloud recently refused it")
+    unavailable_until: float | None
+
+
+class BackoffView(_View):
+    active: bool
+    until: float | None
+    failures: int
+    reason: str | None
+
+
+class BreakerView(_View):
+    open: bool
+    since: float | None
+    boot_failures: int
+    reason: str | None
+
+
+class BudgetView(_View):
+    spent_usd: float = Field(description="Month to date (UTC calendar month)")
+    budget_usd: float | None
+    remaining_usd: float | None
+    exhausted: bool
+    hourly_burn_usd: float
+
+
+class PoolView(_View):
+    name: str
+    is_default: bool
+    min_instances: int
+    max_instances: int
+    instances_by_state: dict[str, int] = Field(description="Live (non-terminal) instances")
+    trials_pending: int
+    trials_running: int
+    offerings: list[OfferingView]
+    blocked_reason: str | None = Field(description="Why the pool launches nothing now")
+    backoff: BackoffView
+    breaker: BreakerView
+    budget: BudgetView
+
+
+class PoolList(_View):
+    pools: list[PoolView]
+
+
+# ---- event log and trial logs ---------------------------------------------------------------
+class EventView(_View):
+    at: float
+    kind: str
+    message: str
+    pool: str | None
+    instance_id: str | None
+    trial_id: str | None
+    experiment_id: str | None
+    data: dict[str, Any]
+
+
+class EventsPage(_View):
+    events: list[EventView]
+    next_since: float = Field(description="Pass as ?since= to get the events after this page")
+    has_more: bool
+
+
+class LogLineView(_View):
+    seq: int
+    at: float
+    line: str
+    stream: str
+
+
+class LogsPage(_View):
+    trial_id: str
+    trial_state: str = Field(description="Stop following once it is terminal")
+    trial_done: bool
+    lines: list[LogLineView]
+    next_after_seq: int = Field(description="Pass as ?after_seq= to get the next lines")
+    has_more: bool
+
+
+# ---- agent endpoints that reply with more than the protocol's own models --------------------
+class Accepted(_View):
+    accepted: int = Field(description="Log lines accepted (duplicates are dropped silently)")
+
+
+class StatusApplied(_View):
+    applied: bool = Field(description="False when the trial is no longer this agent's")
+    trial_state: str | None
+
+
+class Health(_View):
+    status: str
+    time: float
