@@ -23,9 +23,12 @@ requests are not in it); what only the simulated cloud does is tested in tests/u
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -33,6 +36,7 @@ from corral.adapters.memory import FakeClock, InMemoryStore, SimulatedCloud, Sim
 from corral.domain.offerings import CapacityType, Offering
 from corral.ports.cloud import CloudProvider, CloudState
 from corral.ports.store import Store
+from tests.contract.dynamo_harness import dynamodb_store
 
 # ---- stores -------------------------------------------------------------------------------
 
@@ -46,7 +50,7 @@ def memory_store() -> Iterator[Store]:
 
 STORE_FACTORIES: dict[str, StoreFactory] = {
     "memory": memory_store,
-    # "dynamodb": dynamodb_store,    # mock_aws + the tables of infra/template.yaml
+    "dynamodb": dynamodb_store,  # mock_aws + the tables of dynamo_schema (tests/contract)
     # "firestore": firestore_store,  # Google's emulator; skips when gcloud is absent
 }
 
@@ -106,9 +110,82 @@ def simulated_cloud() -> Iterator[CloudHarness]:
     )
 
 
+MOTO_ENV = {
+    "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+EC2_OWNERSHIP = ("managed-by", "corral-contract")
+# The contract cases launch into these pools; the provider only launches for pools it knows.
+EC2_POOLS = ("gpu", "pool-a", "pool-b")
+
+
+@contextmanager
+def ec2_under_moto() -> Iterator[CloudHarness]:
+    """The EC2 provider against moto in-process: the default VPC's subnet and a registered
+    AMI (moto would accept an unknown AMI, but its root device would not match ours)."""
+    try:
+        import boto3
+        from moto import mock_aws
+    except ImportError:  # pragma: no cover - the dev extra installs both
+        pytest.skip("boto3/moto not installed")
+    from corral.adapters.aws.ec2_provider import EC2_STATES, Ec2Provider
+    from corral.domain.config.aws import AwsProvider
+
+    # Drop an endpoint override (the local stack's moto server): this case is in-process.
+    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"} | MOTO_ENV
+    with mock.patch.dict(os.environ, env, clear=True), mock_aws():
+        ec2: Any = boto3.client("ec2", region_name="us-east-1")
+        subnet = ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])[
+            "Subnets"
+        ][0]["SubnetId"]
+        image = ec2.register_image(Name="corral-agent", RootDeviceName="/dev/sda1")["ImageId"]
+        block = AwsProvider.model_validate(
+            {
+                "type": "aws",
+                "region": "us-east-1",
+                "image_id": image,
+                "instance_type": ["g5.xlarge"],
+                "network_interface": {"subnet_id": subnet},
+                "spot": True,
+                "tag_key": EC2_OWNERSHIP[0],
+                "tag_value": EC2_OWNERSHIP[1],
+            }
+        )
+        provider = Ec2Provider(dict.fromkeys(EC2_POOLS, block), client=ec2)
+
+        def add_foreign(tags: Mapping[str, str]) -> str:
+            extra: dict[str, Any] = {}
+            if tags:
+                pairs = [{"Key": k, "Value": v} for k, v in tags.items()]
+                extra["TagSpecifications"] = [{"ResourceType": "instance", "Tags": pairs}]
+            response = ec2.run_instances(
+                ImageId=image, InstanceType="m5.large", MinCount=1, MaxCount=1, **extra
+            )
+            return str(response["Instances"][0]["InstanceId"])
+
+        def raw_state(cloud_id: str) -> CloudState | None:
+            pages = ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": [cloud_id]}])
+            for reservation in pages["Reservations"]:
+                for instance in reservation["Instances"]:
+                    return EC2_STATES[instance["State"]["Name"]]
+            return None
+
+        yield CloudHarness(
+            cloud=provider,
+            ownership=EC2_OWNERSHIP,
+            on_demand=Offering("g5.xlarge", subnet, CapacityType.ON_DEMAND, 1, 1.006),
+            spot=Offering("g5.xlarge", subnet, CapacityType.SPOT, 1, 0.45),
+            add_foreign=add_foreign,
+            raw_state=raw_state,
+        )
+
+
 CLOUD_FACTORIES: dict[str, CloudFactory] = {
     "simulated": simulated_cloud,
-    # "ec2": ec2_under_moto,  # mock_aws; foreign instances via ec2.run_instances
+    "ec2": ec2_under_moto,
 }
 
 
