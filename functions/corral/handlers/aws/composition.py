@@ -1,0 +1,148 @@
+"""The one place the Lambda functions wire adapters to services: ``build_context()``.
+
+Built once per container, on the first invocation, then cached: importing a handler costs
+no boto3 import, no SSM call and no config parsing, so cold starts stay short and a bad
+config fails the invocation with a clear message in the logs instead of an import error.
+
+Environment (set by ``infra/template.yaml``):
+
+``CORRAL_CLUSTER_CONFIG``
+    The cluster config itself, YAML or JSON text. Wins when set. Used by the local stack
+    and tests; fine for small configs, but Lambda caps a function's whole environment at
+    4 KB, so the template does not deploy this way.
+``CORRAL_CLUSTER_CONFIG_PARAMETER``
+    The name of an SSM parameter holding that text (read once per container, decrypted if
+    it is a SecureString). The template always sets this: it either creates the parameter
+    from its ``ClusterConfig`` parameter or points at one you manage, so a config can grow
+    to SSM's 8 KB and a config change reaches new containers without a code deploy.
+``CORRAL_TABLE_PREFIX``
+    DynamoDB table-name prefix (``dynamo_schema.table_name``).
+``CORRAL_SCHEDULE_QUEUE_URL``, ``CORRAL_SCALE_UP_QUEUE_URL``, ``CORRAL_INTERRUPTIONS_QUEUE_URL``
+    The queues this function may send to; a function is only given the ones its role
+    allows (an unset one fails loudly if a service ever sends there).
+``CORRAL_TAG_KEY``, ``CORRAL_TAG_VALUE``
+    The ownership pair the IAM policies are conditioned on. Optional; when set, every pool
+    must use exactly this pair (one that does not could never launch or terminate, so it
+    is refused at start rather than failing later with UnauthorizedOperation).
+``AWS_REGION``
+    Set by Lambda: the region of the table, the queues and the SSM parameter. Pools name
+    their own EC2 region.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from corral.domain.config import ClusterConfig, ConfigError, load_cluster_config
+from corral.ports.clock import Clock, SystemClock
+from corral.ports.queue import QueueName
+from corral.services.context import Context
+
+log = logging.getLogger(__name__)
+
+CONFIG_ENV = "CORRAL_CLUSTER_CONFIG"
+CONFIG_PARAMETER_ENV = "CORRAL_CLUSTER_CONFIG_PARAMETER"
+TABLE_PREFIX_ENV = "CORRAL_TABLE_PREFIX"
+TAG_KEY_ENV = "CORRAL_TAG_KEY"
+TAG_VALUE_ENV = "CORRAL_TAG_VALUE"
+QUEUE_URL_ENV: Mapping[QueueName, str] = {
+    QueueName.SCHEDULE: "CORRAL_SCHEDULE_QUEUE_URL",
+    QueueName.SCALE_UP: "CORRAL_SCALE_UP_QUEUE_URL",
+    QueueName.INTERRUPTIONS: "CORRAL_INTERRUPTIONS_QUEUE_URL",
+}
+
+# Reads an SSM parameter's value by name; replaced in tests.
+ParameterReader = Callable[[str], str]
+
+
+class CompositionError(RuntimeError):
+    """The function's environment or cluster config cannot make a working Context."""
+
+
+@functools.cache
+def build_context() -> Context:
+    """The container's Context, built on first use from ``os.environ`` and then reused.
+
+    ``functools.cache`` does not cache exceptions: a failed build (SSM throttled, say) is
+    retried on the next invocation. Tests replace this function (monkeypatch) with one that
+    returns a Context they built with ``context_from_env`` and a fake clock.
+    """
+    return context_from_env(os.environ)
+
+
+def context_from_env(
+    env: Mapping[str, str],
+    *,
+    clock: Clock | None = None,
+    read_parameter: ParameterReader | None = None,
+    clients: Mapping[str, Any] | None = None,
+) -> Context:
+    """A Context wired to DynamoDB, EC2 and SQS as ``env`` describes.
+
+    ``clients`` may hold ready boto3 clients under ``dynamodb``, ``ec2`` and ``sqs`` (the
+    local stack points them at its endpoint); missing ones are created lazily by the adapters.
+    """
+    from corral.adapters.aws.dynamo_store import DynamoStore
+    from corral.adapters.aws.ec2_provider import Ec2Provider
+    from corral.adapters.aws.sqs_queue import SqsQueue
+
+    clients = clients or {}
+    clock = clock or SystemClock()
+    config = cluster_config(env, read_parameter or _read_ssm_parameter)
+    _check_pools(config, env)
+    queue_urls = {name: env[var] for name, var in QUEUE_URL_ENV.items() if env.get(var)}
+    return Context(
+        store=DynamoStore(clients.get("dynamodb"), prefix=env.get(TABLE_PREFIX_ENV)),
+        cloud=Ec2Provider(config, client=clients.get("ec2"), clock=clock),
+        queue=SqsQueue(queue_urls, client=clients.get("sqs")),
+        clock=clock,
+        pools={pool.name: pool for pool in config.resource_pools},
+        default_pool=config.default_pool_name,
+    )
+
+
+def cluster_config(env: Mapping[str, str], read_parameter: ParameterReader) -> ClusterConfig:
+    """The validated cluster config from the inline text or the SSM parameter."""
+    text = env.get(CONFIG_ENV, "").strip()
+    source = CONFIG_ENV
+    if not text:
+        name = env.get(CONFIG_PARAMETER_ENV, "").strip()
+        if not name:
+            raise CompositionError(f"set {CONFIG_ENV} (the config) or {CONFIG_PARAMETER_ENV}")
+        source = f"SSM parameter {name}"
+        text = read_parameter(name)
+    try:
+        loaded = load_cluster_config(text)
+    except ConfigError as error:
+        raise CompositionError(f"cluster config from {source} is invalid: {error}") from None
+    for warning in loaded.warnings:
+        log.warning("cluster config from %s: %s", source, warning)
+    return loaded.config
+
+
+def _check_pools(config: ClusterConfig, env: Mapping[str, str]) -> None:
+    """Refuse pools this deployment cannot serve, at start instead of at the first launch."""
+    key, value = env.get(TAG_KEY_ENV), env.get(TAG_VALUE_ENV)
+    for pool in config.resource_pools:
+        if pool.cloud != "aws":
+            raise CompositionError(f"pool {pool.name!r} is a {pool.cloud} pool; this is AWS")
+        owner = pool.ownership
+        if key and value and (owner.key, owner.value) != (key, value):
+            raise CompositionError(
+                f"pool {pool.name!r} tags its instances {owner.key}={owner.value}, but this "
+                f"deployment's IAM policies only allow {key}={value} (stack TagKey/TagValue)"
+            )
+
+
+def _read_ssm_parameter(name: str) -> str:
+    import boto3  # type: ignore[import-untyped]  # lazily: SSM costs only when read
+
+    response = boto3.client("ssm").get_parameter(Name=name, WithDecryption=True)
+    return str(response["Parameter"]["Value"])
+
+
+__all__ = ["CompositionError", "build_context", "cluster_config", "context_from_env"]

@@ -1,0 +1,64 @@
+"""The ``scale_up`` function (scale-up queue): one ``launch_instance`` per message.
+
+Records are independent launches, so each succeeds or fails alone: a failed record is
+reported in ``batchItemFailures`` and only it is redelivered (then dead-lettered after the
+queue's maxReceiveCount). Duplicates are harmless: ``launch_instance`` moves the record
+QUEUED -> REQUESTED with a conditional write before calling EC2, so a second copy of the
+same message, in this batch or a later one, finds it taken and skips.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from corral.adapters.aws.sqs_queue import parse_sqs_body
+from corral.handlers.aws import composition
+from corral.handlers.aws.observability import count, make_logger, make_metrics
+from corral.services.dispatch import dispatch
+from corral.services.scale_up import LaunchOutcome
+
+logger = make_logger("scale_up")
+metrics = make_metrics("scale_up")
+# Not raising when every record fails: reporting them all has the same effect (all are
+# redelivered) and keeps a bad batch a counted failure rather than a Lambda error.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+# dispatch() returns the LaunchOutcome's value for launch commands.
+_METRIC: dict[str, str] = {
+    LaunchOutcome.LAUNCHED: "Launches",
+    LaunchOutcome.SPOT_REQUEST_OPEN: "Launches",
+    LaunchOutcome.FAILED: "LaunchesFailed",
+    LaunchOutcome.RETRYING: "LaunchesDeferred",
+    LaunchOutcome.WAITING: "LaunchesDeferred",
+    LaunchOutcome.SKIPPED: "LaunchesSkipped",
+}
+
+
+def record_handler(record: SQSRecord) -> str:
+    logger.set_correlation_id(record.message_id)
+    try:
+        outcome = dispatch(composition.build_context(), parse_sqs_body(record.body))
+    except Exception:
+        logger.exception("scale-up message failed", extra={"body": record.body})
+        raise
+    count(metrics, {_METRIC.get(outcome, "OtherCommands"): 1})
+    logger.info("scale-up message", extra={"outcome": outcome})
+    return outcome
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    count(metrics, {"RecordsFailed": len(response.get("batchItemFailures", []))})
+    return dict(response)

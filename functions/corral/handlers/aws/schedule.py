@@ -1,0 +1,55 @@
+"""The ``schedule`` function: the schedule queue and the one-minute EventBridge timer.
+
+Every schedule message means the same thing ("something changed: run a pass"), and one pass
+sees everything, so a batch of any size, or a timer tick, runs exactly one pass: a burst of
+ten submits costs one pass, not ten. There is no per-message outcome to report: if the pass
+fails the handler raises and SQS redelivers the whole batch (the timer would cover it too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from corral.handlers.aws import composition
+from corral.handlers.aws.observability import count, is_sqs_batch, make_logger, make_metrics
+from corral.services.scheduling import run_schedule_pass
+
+logger = make_logger("schedule")
+metrics = make_metrics("schedule")
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    records: list[dict[str, Any]] = event["Records"] if is_sqs_batch(event) else []
+    if records:
+        # The first message stands for the batch; every id is logged for tracing back.
+        logger.set_correlation_id(records[0].get("messageId"))
+        logger.info("schedule messages", extra={"message_ids": [r["messageId"] for r in records]})
+    else:
+        logger.set_correlation_id(event.get("id"))
+    report = run_schedule_pass(composition.build_context())
+    count(
+        metrics,
+        {
+            "ScheduleMessages": len(records),
+            "TrialsAssigned": len(report.assigned),
+            "LaunchesPlanned": len(report.launched),
+            "LaunchesCancelled": len(report.cancelled),
+            "Conflicts": report.conflicts,
+        },
+    )
+    logger.info(
+        "schedule pass",
+        extra={
+            "trigger": f"{len(records)} message(s)" if records else "timer",
+            "assigned": report.assigned,
+            "launched": report.launched,
+            "cancelled": report.cancelled,
+            "conflicts": report.conflicts,
+        },
+    )
+    # Read only when the event source mapping reports batch item failures: none here.
+    return {"batchItemFailures": []}

@@ -1,0 +1,95 @@
+"""The ``spot_reconcile`` function, two triggers:
+
+- the EventBridge timer: one reconcile pass (cloud truth against stored truth);
+- the interruptions queue, fed by EventBridge rules: each record is one EC2 event (spot
+  interruption warning, rebalance recommendation, state change), applied on its own and
+  reported in ``batchItemFailures`` if it fails. Events about instances that are not ours
+  arrive too (the rules cannot filter by tag): the services ignore them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from corral.adapters.aws.events import (
+    InstanceStateChange,
+    RebalanceRecommendation,
+    SpotInterruptionWarning,
+    UnsupportedEvent,
+    parse_event,
+)
+from corral.handlers.aws import composition
+from corral.handlers.aws.observability import count, is_sqs_batch, make_logger, make_metrics
+from corral.services.interruptions import NoticeKind, on_cloud_state, on_interruption_notice
+from corral.services.reconciling import run_reconcile
+
+logger = make_logger("spot_reconcile")
+metrics = make_metrics("spot_reconcile")
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+_TERMINATIONS = ("Terminate", "TerminateCloud")
+
+
+def record_handler(record: SQSRecord) -> str:
+    logger.set_correlation_id(record.message_id)
+    try:
+        event = parse_event(record.body)
+    except UnsupportedEvent as error:
+        # Well-formed but not ours to handle (a rule widened by hand): drop, don't retry.
+        logger.warning("unsupported event dropped", extra={"reason": str(error)})
+        return "unsupported"
+    logger.set_correlation_id(event.id)  # EventBridge's id, as the rule's logs show it
+    ctx = composition.build_context()
+    if isinstance(event, SpotInterruptionWarning):
+        ours = on_interruption_notice(ctx, event.instance_id, NoticeKind.INTERRUPTION)
+        metric = "InterruptionNotices"
+    elif isinstance(event, RebalanceRecommendation):
+        ours = on_interruption_notice(ctx, event.instance_id, NoticeKind.REBALANCE)
+        metric = "RebalanceNotices"
+    elif isinstance(event, InstanceStateChange):
+        ours = on_cloud_state(ctx, event.instance_id, event.detail.state)
+        metric = "InstancesGone"
+    else:  # a timer event routed to the queue by mistake: the timer trigger covers it
+        return "ignored"
+    count(metrics, {metric if ours else "EventsIgnored": 1})
+    logger.info(
+        "cloud event",
+        extra={"detail_type": event.detail_type, "instance_id": event.instance_id, "ours": ours},
+    )
+    return "applied" if ours else "ignored"
+
+
+def _reconcile(event: dict[str, Any]) -> dict[str, Any]:
+    logger.set_correlation_id(event.get("id"))
+    report = run_reconcile(composition.build_context())
+    kinds = Counter(applied.split(":", 1)[0] for applied in report.applied)
+    count(
+        metrics,
+        {
+            "ReconcileActions": len(report.applied),
+            "Terminations": sum(kinds[k] for k in _TERMINATIONS),
+            "Conflicts": report.conflicts,
+        },
+    )
+    logger.info("reconcile pass", extra={"applied": report.applied, "conflicts": report.conflicts})
+    return {"applied": report.applied, "conflicts": report.conflicts}
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if not is_sqs_batch(event):
+        return _reconcile(event)
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    count(metrics, {"RecordsFailed": len(response.get("batchItemFailures", []))})
+    return dict(response)

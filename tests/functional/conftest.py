@@ -1,0 +1,274 @@
+"""The real Lambda handlers against moto (in-process), fed real-shaped events.
+
+``corral`` is a deployed Corral in miniature: the DynamoDB tables from ``dynamo_schema``, the
+three queues as the template declares them (schedule FIFO, scale-up and interruptions
+standard), a subnet and an AMI in moto's EC2, and a Context built by the real composition
+(``context_from_env``) with a fake clock. ``build_context`` is monkeypatched to return it, so
+the handlers run exactly as in Lambda, minus the container. ``deliver`` plays the event
+source mapping: it takes what is on a queue and hands it to the handler as one SQS batch
+(the tests check ``batchItemFailures`` themselves).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from corral.adapters.aws.dynamo_schema import create_tables
+from corral.adapters.memory import FakeClock
+from corral.api.schemas.agent import GpuInfo, Identity, IdentityKind, RegisterRequest
+from corral.domain.config import ExperimentConfig
+from corral.domain.instance import Instance
+from corral.handlers.aws import composition
+from corral.ports.queue import QueueName
+from corral.services import agents
+from corral.services.context import Context
+from corral.services.submit import Submitted, submit_experiment
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+PREFIX = "corral-ft-"
+TAG_KEY, TAG_VALUE = "managed-by", "corral-functional"
+POOL = "gpu"
+MAX_IDLE_S = 60.0
+
+CLUSTER_YAML = """\
+default_resource_pool: gpu
+resource_pools:
+  - name: gpu
+    provider:
+      type: aws
+      region: us-east-1
+      image_id: {image}
+      instance_type: g5.xlarge
+      spot: false
+      network_interface:
+        subnet_id: {subnet}
+      tag_key: {tag_key}
+      tag_value: {tag_value}
+      max_instances: 4
+      max_idle_agent_period: 60s
+      max_agent_starting_period: 5m
+"""
+
+MOTO_ENV = {
+    "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_REGION": REGION,
+    "POWERTOOLS_METRICS_NAMESPACE": "Corral",
+}
+
+
+@dataclass
+class FakeLambdaContext:
+    """What Powertools reads from Lambda's context object."""
+
+    function_name: str = "corral-functional"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:corral-functional"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+def sqs_record(queue_arn: str, body: str, message_id: str | None = None) -> dict[str, Any]:
+    """One record of a Lambda SQS event, as the event source mapping delivers it."""
+    message_id = message_id or str(uuid.uuid4())
+    now_ms = str(int(time.time() * 1000))
+    attributes = {
+        "ApproximateReceiveCount": "1",
+        "SentTimestamp": now_ms,
+        "SenderId": "AIDAEXAMPLE",
+        "ApproximateFirstReceiveTimestamp": now_ms,
+    }
+    if queue_arn.endswith(".fifo"):
+        attributes |= {
+            "MessageGroupId": "schedule",
+            "MessageDeduplicationId": message_id,
+            "SequenceNumber": "1",
+        }
+    return {
+        "messageId": message_id,
+        "receiptHandle": f"rh-{message_id}",
+        "body": body,
+        "attributes": attributes,
+        "messageAttributes": {},
+        "md5OfBody": hashlib.md5(body.encode()).hexdigest(),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": REGION,
+    }
+
+
+def scheduled_event(rule: str = "corral-timer") -> dict[str, Any]:
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": ACCOUNT,
+        "time": "2025-01-01T00:00:00Z",
+        "region": REGION,
+        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule}"],
+        "detail": {},
+    }
+
+
+def spot_warning(instance_id: str) -> dict[str, Any]:
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2",
+        "account": ACCOUNT,
+        "time": "2025-01-01T00:00:00Z",
+        "region": REGION,
+        "resources": [f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{instance_id}"],
+        "detail": {"instance-id": instance_id, "instance-action": "terminate"},
+    }
+
+
+@dataclass
+class Corral:
+    ctx: Context
+    clock: FakeClock
+    ec2: Any
+    sqs: Any
+    image: str
+    subnet: str
+    queue_urls: dict[QueueName, str]
+
+    # ---- queues ------------------------------------------------------------------------
+    def arn(self, queue: QueueName) -> str:
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=self.queue_urls[queue], AttributeNames=["QueueArn"]
+        )
+        return str(attrs["Attributes"]["QueueArn"])
+
+    def receive(self, queue: QueueName) -> list[dict[str, Any]]:
+        """Every message now visible on ``queue``, deleted (as if handled), as SQS records."""
+        records: list[dict[str, Any]] = []
+        while True:
+            reply = self.sqs.receive_message(
+                QueueUrl=self.queue_urls[queue], MaxNumberOfMessages=10, VisibilityTimeout=0
+            )
+            messages = reply.get("Messages", [])
+            if not messages:
+                return records
+            for m in messages:
+                self.sqs.delete_message(
+                    QueueUrl=self.queue_urls[queue], ReceiptHandle=m["ReceiptHandle"]
+                )
+                records.append(sqs_record(self.arn(queue), m["Body"], m["MessageId"]))
+
+    def batch(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"Records": records}
+
+    def deliver(self, queue: QueueName, handler: Callable[..., Any]) -> dict[str, Any]:
+        records = self.receive(queue)
+        assert records, f"nothing on the {queue.value} queue"
+        result: dict[str, Any] = handler(self.batch(records), FakeLambdaContext())
+        return result
+
+    # ---- EC2 -----------------------------------------------------------------------------
+    def instances(self) -> dict[str, dict[str, Any]]:
+        """Every EC2 instance, ours or not, by id."""
+        found = {}
+        for reservation in self.ec2.describe_instances()["Reservations"]:
+            for instance in reservation["Instances"]:
+                found[instance["InstanceId"]] = instance
+        return found
+
+    def state(self, cloud_id: str) -> str:
+        return str(self.instances()[cloud_id]["State"]["Name"])
+
+    def run_foreign(self, tags: dict[str, str] | None = None) -> str:
+        extra: dict[str, Any] = {}
+        if tags:
+            pairs = [{"Key": k, "Value": v} for k, v in tags.items()]
+            extra["TagSpecifications"] = [{"ResourceType": "instance", "Tags": pairs}]
+        reply = self.ec2.run_instances(
+            ImageId=self.image, InstanceType="m5.large", MinCount=1, MaxCount=1, **extra
+        )
+        return str(reply["Instances"][0]["InstanceId"])
+
+    # ---- the user and the agent ------------------------------------------------------------
+    def submit(self, slots: int = 1) -> Submitted:
+        config = ExperimentConfig.model_validate(
+            {"entrypoint": "python train.py", "resources": {"slots_per_trial": slots}}
+        )
+        return submit_experiment(self.ctx, config)
+
+    def register(self, record: Instance) -> None:
+        """The agent on ``record``'s instance registers (as the API would let it)."""
+        assert record.cloud_id is not None
+        request = RegisterRequest(
+            cloud_id=record.cloud_id,
+            record_id=record.id,
+            identity=Identity(kind=IdentityKind.DEV, document="dev"),
+            instance_type=record.offering.instance_type,
+            zone=record.offering.location,
+            private_ip="10.0.0.10",
+            gpus=[
+                GpuInfo(index=i, uuid=f"GPU-{i}", name="A10G", memory_mib=24_000)
+                for i in range(record.slots)
+            ],
+        )
+        agents.register(self.ctx, request, record.cloud_id)
+
+
+@pytest.fixture
+def corral(monkeypatch: pytest.MonkeyPatch) -> Iterator[Corral]:
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    for key, value in MOTO_ENV.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name=REGION)
+        sqs = boto3.client("sqs", region_name=REGION)
+        create_tables(boto3.client("dynamodb", region_name=REGION), PREFIX)
+        subnet = ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])[
+            "Subnets"
+        ][0]["SubnetId"]
+        image = ec2.register_image(Name="corral-agent", RootDeviceName="/dev/sda1")["ImageId"]
+        urls = {
+            QueueName.SCHEDULE: sqs.create_queue(
+                QueueName="corral-ft-schedule.fifo", Attributes={"FifoQueue": "true"}
+            )["QueueUrl"],
+            QueueName.SCALE_UP: sqs.create_queue(QueueName="corral-ft-scale-up")["QueueUrl"],
+            QueueName.INTERRUPTIONS: sqs.create_queue(QueueName="corral-ft-interruptions")[
+                "QueueUrl"
+            ],
+        }
+        env = {
+            composition.CONFIG_ENV: CLUSTER_YAML.format(
+                image=image, subnet=subnet, tag_key=TAG_KEY, tag_value=TAG_VALUE
+            ),
+            composition.TABLE_PREFIX_ENV: PREFIX,
+            composition.TAG_KEY_ENV: TAG_KEY,
+            composition.TAG_VALUE_ENV: TAG_VALUE,
+            "CORRAL_SCHEDULE_QUEUE_URL": urls[QueueName.SCHEDULE],
+            "CORRAL_SCALE_UP_QUEUE_URL": urls[QueueName.SCALE_UP],
+        }
+        # Real time as the start: moto stamps LaunchTime with the wall clock, and the
+        # reconciler compares it with the Context's clock.
+        clock = FakeClock(start=time.time())
+        ctx = composition.context_from_env(env, clock=clock)
+        monkeypatch.setattr(composition, "build_context", lambda: ctx)
+        yield Corral(ctx, clock, ec2, sqs, image, subnet, urls)
+
+
+def body(event: dict[str, Any]) -> str:
+    return json.dumps(event)

@@ -1,0 +1,85 @@
+"""composition.context_from_env: where the cluster config comes from, and what it refuses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from corral.adapters.aws.dynamo_store import DynamoStore
+from corral.adapters.aws.ec2_provider import Ec2Provider
+from corral.adapters.aws.sqs_queue import SqsQueue
+from corral.handlers.aws import composition
+from tests.functional.conftest import MOTO_ENV
+
+YAML = """\
+resource_pools:
+  - name: gpu
+    provider: {type: aws, region: us-east-1, image_id: ami-12345678, instance_type: g5.xlarge,
+               tag_key: managed-by, tag_value: corral-x}
+"""
+GCP_YAML = """\
+resource_pools:
+  - name: tpu
+    provider: {type: gcp, project: my-project-123, zone: us-central1-a,
+               boot_disk_source_image: projects/my-project-123/global/images/agent,
+               instance_type: {machine_type: n1-standard-8, gpu_type: nvidia-tesla-t4, gpu_num: 1}}
+"""
+
+
+@pytest.fixture
+def moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    for key, value in MOTO_ENV.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        yield
+
+
+def test_config_from_an_ssm_parameter_wires_the_aws_adapters(moto: None) -> None:
+    boto3.client("ssm").put_parameter(Name="/corral/t/cluster", Value=YAML, Type="String")
+    env = {composition.CONFIG_PARAMETER_ENV: "/corral/t/cluster"}
+
+    ctx = composition.context_from_env(env)
+
+    assert list(ctx.pools) == ["gpu"]
+    assert ctx.default_pool == "gpu"
+    assert isinstance(ctx.store, DynamoStore)
+    assert isinstance(ctx.cloud, Ec2Provider)
+    assert isinstance(ctx.queue, SqsQueue)
+
+
+def test_inline_config_wins_and_ssm_is_not_read() -> None:
+    def never(name: str) -> str:
+        raise AssertionError(f"read {name}")
+
+    env = {composition.CONFIG_ENV: YAML, composition.CONFIG_PARAMETER_ENV: "/unused"}
+    config = composition.cluster_config(env, never)
+    assert config.pool_names == ("gpu",)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "CORRAL_CLUSTER_CONFIG"),
+        ({composition.CONFIG_ENV: "resource_pools: []"}, "is invalid"),
+        (
+            {composition.CONFIG_ENV: YAML, "CORRAL_TAG_KEY": "owner", "CORRAL_TAG_VALUE": "x"},
+            "only allow owner=x",
+        ),
+        ({composition.CONFIG_ENV: GCP_YAML}, "is a gcp pool"),
+    ],
+)
+def test_refuses_what_the_deployment_cannot_run(env: dict[str, str], message: str) -> None:
+    with pytest.raises(composition.CompositionError, match=message):
+        composition.context_from_env(env, read_parameter=lambda name: "")
+
+
+def test_importing_a_handler_builds_nothing() -> None:
+    # build_context is a cache: nothing may have been built by importing the handlers.
+    from corral.handlers.aws import idle_reap, scale_up, schedule, spot_reconcile
+
+    assert {idle_reap.__name__, scale_up.__name__, schedule.__name__, spot_reconcile.__name__}
+    assert composition.build_context.cache_info().currsize == 0

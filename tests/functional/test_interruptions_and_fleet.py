@@ -1,0 +1,136 @@
+"""The spot_reconcile handler (interruption queue and timer) and the idle_reap handler."""
+
+from __future__ import annotations
+
+import json
+
+from corral.domain.instance import Instance, InstanceState
+from corral.domain.ownership import POOL_TAG, RECORD_TAG
+from corral.domain.trial import TrialState
+from corral.handlers.aws import idle_reap, scale_up, schedule, spot_reconcile
+from corral.ports.queue import QueueName
+from corral.services.kill import kill_experiment
+from tests.functional.conftest import (
+    MAX_IDLE_S,
+    POOL,
+    TAG_KEY,
+    TAG_VALUE,
+    Corral,
+    FakeLambdaContext,
+    scheduled_event,
+    spot_warning,
+    sqs_record,
+)
+
+GONE = ("shutting-down", "terminated")
+
+
+def _agent(corral: Corral, *, with_trial: bool) -> Instance:
+    """Through the real handlers: an instance launched for a submitted trial, whose agent
+    registered. With ``with_trial`` the next schedule pass makes it BUSY with the trial;
+    without, the experiment is killed before the agent registers, so it comes up IDLE."""
+    submitted = corral.submit(slots=1)
+    corral.deliver(QueueName.SCHEDULE, schedule.handler)
+    corral.deliver(QueueName.SCALE_UP, scale_up.handler)
+    (record,) = corral.ctx.store.instances()
+    if not with_trial:
+        kill_experiment(corral.ctx, submitted.experiment.id)
+    corral.register(record)
+    if with_trial:
+        corral.deliver(QueueName.SCHEDULE, schedule.handler)  # registration woke it
+    else:
+        corral.receive(QueueName.SCHEDULE)  # nothing to place: drop the wake-ups
+    stored = corral.ctx.store.get_instance(record.id)
+    assert stored is not None
+    return stored
+
+
+def _interruptions_batch(corral: Corral, *events: dict[str, object]) -> dict[str, object]:
+    arn = corral.arn(QueueName.INTERRUPTIONS)
+    return corral.batch([sqs_record(arn, json.dumps(e)) for e in events])
+
+
+def test_spot_warning_requeues_the_trial_and_wakes_the_scheduler(corral: Corral) -> None:
+    agent = _agent(corral, with_trial=True)
+    assert agent.state is InstanceState.BUSY
+    (trial,) = corral.ctx.store.trials()
+    assert trial.state is TrialState.ASSIGNED
+    assert agent.cloud_id is not None
+
+    reply = spot_reconcile.handler(
+        _interruptions_batch(corral, spot_warning(agent.cloud_id)), FakeLambdaContext()
+    )
+
+    assert reply == {"batchItemFailures": []}
+    (trial,) = corral.ctx.store.trials()
+    assert trial.state is TrialState.PENDING
+    assert trial.preemptions == 1
+    record = corral.ctx.store.get_instance(agent.id)
+    assert record is not None
+    assert record.state is InstanceState.DRAINING
+    assert record.interruption_notice_at == corral.clock.now()
+    kinds = [json.loads(str(r["body"]))["kind"] for r in corral.receive(QueueName.SCHEDULE)]
+    assert "schedule" in kinds  # the replacement is planned at once
+
+
+def test_spot_warning_for_a_foreign_instance_changes_nothing(corral: Corral) -> None:
+    agent = _agent(corral, with_trial=True)
+    foreign = corral.run_foreign({"Name": "someone-else"})
+    before = (corral.ctx.store.instances(), corral.ctx.store.trials())
+
+    reply = spot_reconcile.handler(
+        _interruptions_batch(corral, spot_warning(foreign)), FakeLambdaContext()
+    )
+
+    assert reply == {"batchItemFailures": []}
+    assert (corral.ctx.store.instances(), corral.ctx.store.trials()) == before
+    assert corral.receive(QueueName.SCHEDULE) == []
+    assert corral.state(foreign) == "running"
+    assert agent.cloud_id is not None and corral.state(agent.cloud_id) == "running"
+
+
+def test_a_malformed_notice_is_the_only_batch_item_failure(corral: Corral) -> None:
+    arn = corral.arn(QueueName.INTERRUPTIONS)
+    good = sqs_record(arn, json.dumps(spot_warning("i-0123456789abcdef0")))
+    bad = sqs_record(arn, json.dumps({**spot_warning("i-0123456789abcdef0"), "detail": {}}))
+
+    reply = spot_reconcile.handler(corral.batch([good, bad]), FakeLambdaContext())
+
+    assert reply == {"batchItemFailures": [{"itemIdentifier": bad["messageId"]}]}
+
+
+def test_reconcile_terminates_a_tagged_orphan_after_grace_never_an_untagged_one(
+    corral: Corral,
+) -> None:
+    orphan = corral.run_foreign({TAG_KEY: TAG_VALUE, POOL_TAG: POOL, RECORD_TAG: "inst-gone"})
+    untagged = corral.run_foreign()
+    grace = corral.ctx.settings.reconcile.orphan_grace_s
+
+    spot_reconcile.handler(scheduled_event(), FakeLambdaContext())
+    assert corral.state(orphan) == "running"  # within its grace period
+
+    corral.clock.advance(grace + 1)
+    reply = spot_reconcile.handler(scheduled_event(), FakeLambdaContext())
+
+    assert any(orphan in applied for applied in reply["applied"])
+    assert corral.state(orphan) in GONE
+    assert corral.state(untagged) == "running"
+
+
+def test_idle_reap_drains_then_terminates_an_idle_agent(corral: Corral) -> None:
+    agent = _agent(corral, with_trial=False)
+    assert agent.state is InstanceState.IDLE
+    assert agent.cloud_id is not None
+
+    first = idle_reap.handler(scheduled_event(), FakeLambdaContext())
+    assert first["drained"] == []  # not idle long enough yet
+
+    corral.clock.advance(MAX_IDLE_S + 1)
+    drained = idle_reap.handler(scheduled_event(), FakeLambdaContext())
+    terminated = idle_reap.handler(scheduled_event(), FakeLambdaContext())
+
+    assert drained["drained"] == [agent.id]
+    assert terminated["terminated"] == [agent.id]
+    record = corral.ctx.store.get_instance(agent.id)
+    assert record is not None and record.state is InstanceState.TERMINATED
+    assert corral.state(agent.cloud_id) in GONE

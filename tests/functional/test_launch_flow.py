@@ -1,0 +1,102 @@
+"""Submit -> schedule handler -> scale-up handler -> one tagged EC2 instance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from corral.domain.instance import InstanceState
+from corral.domain.ownership import POOL_TAG, RECORD_TAG
+from corral.domain.trial import TrialState
+from corral.handlers.aws import scale_up, schedule
+from corral.ports.queue import QueueName
+from tests.functional.conftest import (
+    POOL,
+    TAG_KEY,
+    TAG_VALUE,
+    Corral,
+    FakeLambdaContext,
+    scheduled_event,
+    sqs_record,
+)
+
+
+def _plan_one_launch(corral: Corral) -> list[dict[str, object]]:
+    """Submit one 1-GPU trial and run the schedule handler on its message: one QUEUED
+    record and one launch command on the scale-up queue (returned as SQS records)."""
+    corral.submit(slots=1)
+    reply = corral.deliver(QueueName.SCHEDULE, schedule.handler)
+    assert reply == {"batchItemFailures": []}
+    (queued,) = corral.ctx.store.instances()
+    assert queued.state is InstanceState.QUEUED
+    records = corral.receive(QueueName.SCALE_UP)
+    assert len(records) == 1
+    assert json.loads(str(records[0]["body"]))["kind"] == "launch_instance"
+    return records
+
+
+def test_submitted_experiment_launches_one_tagged_instance(corral: Corral) -> None:
+    records = _plan_one_launch(corral)
+
+    reply = scale_up.handler(corral.batch(records), FakeLambdaContext())
+
+    assert reply == {"batchItemFailures": []}
+    (record,) = corral.ctx.store.instances()
+    assert record.state is InstanceState.ALLOCATED
+    (instance,) = corral.instances().values()
+    assert instance["InstanceId"] == record.cloud_id
+    assert instance["InstanceType"] == "g5.xlarge"
+    tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+    assert tags[TAG_KEY] == TAG_VALUE
+    assert tags[POOL_TAG] == POOL
+    assert tags[RECORD_TAG] == record.id
+    (trial,) = corral.ctx.store.trials()
+    assert trial.state is TrialState.PENDING  # until the agent registers
+
+
+def test_schedule_coalesces_a_batch_and_the_timer_into_single_passes(corral: Corral) -> None:
+    corral.submit(slots=1)
+    corral.submit(slots=1)
+    records = corral.receive(QueueName.SCHEDULE)
+    assert len(records) == 2
+
+    schedule.handler(corral.batch(records), FakeLambdaContext())
+    schedule.handler(scheduled_event(), FakeLambdaContext())  # nothing new to do
+
+    # One pass planned both trials' launches; the timer pass planned nothing more.
+    assert len(corral.ctx.store.instances()) == 2
+    assert len(corral.receive(QueueName.SCALE_UP)) == 2
+
+
+def test_duplicated_launch_message_in_one_batch_launches_one_instance(corral: Corral) -> None:
+    (record,) = _plan_one_launch(corral)
+    twin = sqs_record(str(record["eventSourceARN"]), str(record["body"]))
+
+    reply = scale_up.handler(corral.batch([record, twin]), FakeLambdaContext())
+
+    assert reply == {"batchItemFailures": []}
+    assert len(corral.instances()) == 1
+    (stored,) = corral.ctx.store.instances()
+    assert stored.state is InstanceState.ALLOCATED
+
+
+def test_a_failing_record_is_the_only_batch_item_failure(
+    corral: Corral, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (good,) = _plan_one_launch(corral)
+    bad = sqs_record(str(good["eventSourceARN"]), "{not json", "bad-message")
+
+    reply = scale_up.handler(corral.batch([bad, good]), FakeLambdaContext())
+
+    assert reply == {"batchItemFailures": [{"itemIdentifier": "bad-message"}]}
+    assert len(corral.instances()) == 1  # the good record still launched
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    # EMF holds a list when one metric got several values in an invocation.
+    metrics = {
+        k: sum(v) if isinstance(v, list) else v
+        for doc in emf
+        for k, v in doc.items()
+        if k in ("Launches", "RecordsFailed")
+    }
+    assert metrics == {"Launches": 1.0, "RecordsFailed": 1.0}
