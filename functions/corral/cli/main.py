@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import typer
 
-from corral.cli import config_cmd
+from corral.cli import (
+    agent_cmd,
+    command_cmd,
+    config_cmd,
+    dev_cmd,
+    events_cmd,
+    experiment_cmd,
+    pool_cmd,
+    trial_cmd,
+)
 
 app = typer.Typer(
     name="corral",
@@ -19,6 +28,13 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(experiment_cmd.app, name="experiment")
+app.add_typer(trial_cmd.app, name="trial")
+app.add_typer(command_cmd.app, name="command")
+app.add_typer(agent_cmd.app, name="agent")
+app.add_typer(pool_cmd.app, name="pool")
+app.add_typer(events_cmd.app, name="events")
+app.add_typer(dev_cmd.app, name="dev")
 
 
 def main() -> None:

@@ -1,0 +1,159 @@
+"""The CLI's HTTP client for the Corral API.
+
+Where: ``--endpoint``, else ``CORRAL_ENDPOINT``, else the local stack's ``endpoint`` file
+(``.corral/dev/endpoint``, or under ``CORRAL_DEV_DIR``).
+Who: a deployed API (an ``execute-api`` host) gets requests SigV4-signed with the caller's
+AWS credentials (the HTTP API uses IAM authorization); anything else gets
+``Authorization: Bearer`` with ``CORRAL_TOKEN`` or the local stack's ``token`` file.
+
+Stdlib HTTP on purpose: the CLI's own dependencies stay small, and botocore is imported only
+to sign for a deployed API. Every failure is a ``CliError``: one line, a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from corral.local.state import StateDir
+
+ENDPOINT_ENV = "CORRAL_ENDPOINT"
+TOKEN_ENV = "CORRAL_TOKEN"
+EXIT_ERROR = 1
+EXIT_USAGE = 2  # the request was refused as invalid (4xx)
+_EXECUTE_API = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+
+
+class CliError(Exception):
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    token: str | None
+    sigv4_region: str | None = None
+
+
+def resolve_endpoint(option: str | None = None, state: StateDir | None = None) -> Endpoint:
+    state = state or StateDir.default()
+    url = option or os.environ.get(ENDPOINT_ENV) or state.endpoint()
+    if not url:
+        raise CliError(
+            "no Corral endpoint: pass --endpoint, set CORRAL_ENDPOINT, or start the local "
+            "stack with `corral dev up`"
+        )
+    url = url.rstrip("/")
+    host = urllib.parse.urlsplit(url).hostname or ""
+    match = _EXECUTE_API.match(host)
+    if match:
+        return Endpoint(url, None, sigv4_region=match.group(1))
+    token = os.environ.get(TOKEN_ENV)
+    if token is None and (option is None or option.rstrip("/") == state.endpoint()):
+        token = state.token()  # only hand the local stack's token to the local stack
+    return Endpoint(url, token)
+
+
+def _error_message(status: int, body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        message = str(data.get("message") or data.get("Message") or f"HTTP {status}")
+        problems = [
+            f"{e.get('field') or '(document)'}: {e.get('reason')}"
+            for e in data.get("errors") or []
+            if isinstance(e, dict)
+        ]
+        return "; ".join([message, *problems]) if problems else message
+    text = body.decode("utf-8", errors="replace").strip().splitlines()
+    return text[0][:200] if text else f"HTTP {status}"
+
+
+class ApiClient:
+    def __init__(self, endpoint: Endpoint, timeout_s: float = 30.0) -> None:
+        self.endpoint = endpoint
+        self._timeout = timeout_s
+
+    def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any = None) -> Any:
+        return self.request("POST", path, body=body if body is not None else {})
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+    ) -> Any:
+        query = {k: _q(v) for k, v in (params or {}).items() if v is not None}
+        url = self.endpoint.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"accept": "application/json", "user-agent": "corral-cli"}
+        if data is not None:
+            headers["content-type"] = "application/json"
+        if self.endpoint.sigv4_region:
+            headers.update(_sigv4(method, url, data, headers, self.endpoint.sigv4_region))
+        elif self.endpoint.token:
+            headers["authorization"] = f"Bearer {self.endpoint.token}"
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as reply:
+                raw = reply.read()
+        except urllib.error.HTTPError as exc:
+            message = _error_message(exc.code, exc.read())
+            if exc.code in (401, 403):
+                message += " (check CORRAL_TOKEN / your AWS credentials)"
+            raise CliError(message, EXIT_USAGE if 400 <= exc.code < 500 else EXIT_ERROR) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CliError(f"cannot reach {self.endpoint.url}: {reason}") from None
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise CliError(
+                f"{method} {path}: the API answered something that is not JSON"
+            ) from None
+
+
+def _q(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _sigv4(
+    method: str, url: str, data: bytes | None, headers: dict[str, str], region: str
+) -> dict[str, str]:
+    try:
+        import boto3  # type: ignore[import-untyped]
+        from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
+        from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
+    except ImportError:
+        raise CliError(
+            "signing for a deployed API needs boto3: pip install 'corral[aws]'"
+        ) from None
+    credentials = boto3.Session().get_credentials()
+    if credentials is None:
+        raise CliError("no AWS credentials found to sign the request (aws configure / SSO)")
+    request = AWSRequest(method=method, url=url, data=data, headers=dict(headers))
+    SigV4Auth(credentials.get_frozen_credentials(), "execute-api", region).add_auth(request)
+    return {k: str(v) for k, v in request.headers.items()}
+
+
+def client_from(endpoint_option: str | None) -> ApiClient:
+    return ApiClient(resolve_endpoint(endpoint_option))

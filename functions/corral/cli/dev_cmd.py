@@ -1,0 +1,269 @@
+"""``corral dev up|down|status|interrupt|capacity``: the local stack (no cloud account)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from corral.cli import render
+from corral.cli.client import CliError
+from corral.local.state import STATE_ENV, StateDir, pid_alive
+
+app = typer.Typer(
+    help="Run Corral locally: moto, the real handlers, emulated instances.", no_args_is_help=True
+)
+
+DEFAULT_CONFIG = Path("examples/cluster.yaml")
+READY_TIMEOUT_S = 90.0
+
+
+def _state() -> StateDir:
+    return StateDir.default()
+
+
+def _wait_ready(state: StateDir, proc: subprocess.Popen[bytes], log: Path) -> str:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+            raise CliError("the stack exited while starting:\n  " + "\n  ".join(tail))
+        url = state.endpoint()
+        if url and state.stack_pid() == proc.pid:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=2):
+                    return url
+            except OSError:
+                pass
+        time.sleep(0.2)
+    raise CliError(f"the stack did not become ready in {READY_TIMEOUT_S:.0f} s; see {log}")
+
+
+@app.command("up")
+def up(
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="Cluster config.")
+    ] = DEFAULT_CONFIG,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background.")] = False,
+    template: Annotated[Path | None, typer.Option(help="SAM template (default: infra/).")] = None,
+    port: Annotated[int, typer.Option(help="API port (0: any free port).")] = 0,
+    timer_scale: Annotated[
+        float, typer.Option(help="Run the template's timers this much faster (0.25 = 4x).")
+    ] = 1.0,
+    boot_delay: Annotated[float, typer.Option(help="Seconds from running to agent start.")] = 2.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Start the local stack (foreground; Ctrl-C stops everything it started)."""
+    with render.guard():
+        state = _state()
+        running = state.running_pid()
+        if running is not None:
+            raise CliError(
+                f"a local stack already runs (pid {running}) at {state.endpoint()}; "
+                "`corral dev down` stops it"
+            )
+        if not config.exists():
+            raise CliError(f"{config}: no such file")
+        if detach:
+            state.prepare()
+            log = state.logs / "stack.log"
+            argv = [
+                sys.executable,
+                "-m",
+                "corral.cli.main",
+                "dev",
+                "up",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+                "--timer-scale",
+                str(timer_scale),
+                "--boot-delay",
+                str(boot_delay),
+            ]
+            if template is not None:
+                argv += ["--template", str(template)]
+            if verbose:
+                argv.append("--verbose")
+            env = {**os.environ, STATE_ENV: str(state.root)}
+            with log.open("ab") as out:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            url = _wait_ready(state, proc, log)
+            render.console.print(
+                f"local stack running in the background (pid {proc.pid})\n"
+                f"  API:        {url}\n  AWS (moto): {state.aws_endpoint()}\n"
+                f"  logs:       {state.logs}\n  stop:       corral dev down"
+            )
+            return
+        _run_foreground(config, template, port, timer_scale, boot_delay, verbose)
+
+
+def _run_foreground(
+    config: Path,
+    template: Path | None,
+    port: int,
+    timer_scale: float,
+    boot_delay: float,
+    verbose: bool,
+) -> None:
+    from corral.local.stack import DevStack, StackOptions
+
+    state = _state()
+    state.prepare()
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[logging.StreamHandler(sys.stderr)],
+    )
+    for noisy in ("botocore", "urllib3", "boto3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    options = StackOptions(
+        cluster_config=config,
+        state=state,
+        api_port=port,
+        timer_scale=timer_scale,
+        boot_delay_s=boot_delay,
+        verbose=verbose,
+    )
+    if template is not None:
+        options.template = template
+    stack = DevStack(options)
+    try:
+        stack.start()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise CliError(f"could not start the local stack: {exc}") from None
+    render.console.print(stack.banner())
+    stack.run_until_signalled()
+
+
+@app.command("down")
+def down(timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 30.0) -> None:
+    """Stop the local stack and every process it started."""
+    from corral.local.proctree import stop_tree
+
+    with render.guard():
+        state = _state()
+        pid = state.running_pid()
+        if pid is not None:
+            os.kill(pid, 15)
+            deadline = time.monotonic() + timeout
+            while pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if pid_alive(pid):
+                stop_tree(pid, graceful=False)
+        # Whatever a crashed stack left behind (moto, agents and their trials).
+        leftovers = [p for p in state.children() if pid_alive(p)]
+        for child in leftovers:
+            stop_tree(child, grace_s=2.0)
+        state.clear_runtime_files()
+        if pid is None and not leftovers:
+            render.console.print("no local stack is running")
+        else:
+            render.console.print("local stack stopped")
+
+
+@app.command("status")
+def status(json_out: render.JsonOption = False) -> None:
+    """Is the stack up, where, and which agents run."""
+    with render.guard():
+        state = _state()
+        pid = state.running_pid()
+        agents = sorted(p.name for p in (state.root / "agents").glob("i-*")) if pid else []
+        info = {
+            "running": pid is not None,
+            "pid": pid,
+            "endpoint": state.endpoint() if pid else None,
+            "aws_endpoint": state.aws_endpoint() if pid else None,
+            "state_dir": str(state.root),
+            "children": [p for p in state.children() if pid_alive(p)],
+            "faults": state.read_faults(),
+            "agent_dirs": agents,
+        }
+        if json_out:
+            render.print_json(info)
+            return
+        if pid is None:
+            render.console.print(f"no local stack is running (state: {state.root})")
+            raise typer.Exit(1)
+        render.fields("Local stack", [(k, v) for k, v in info.items() if k != "agent_dirs"])
+
+
+def _session(state: StateDir):  # type: ignore[no-untyped-def]
+    from corral.local.moto_server import aws_env
+
+    aws = state.aws_endpoint()
+    if state.running_pid() is None or not aws:
+        raise CliError("no local stack is running (corral dev up)")
+    import boto3  # type: ignore[import-untyped]
+
+    env = aws_env(aws)
+    return boto3.Session(
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        aws_session_token=env["AWS_SESSION_TOKEN"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    ), aws
+
+
+@app.command("interrupt")
+def interrupt(
+    instance_id: Annotated[str, typer.Argument(metavar="INSTANCE_ID", help="EC2 id (i-...).")],
+    notice: Annotated[float, typer.Option(help="Seconds from warning to termination.")] = 10.0,
+) -> None:
+    """Interrupt a spot instance: warning via EventBridge and metadata, then termination."""
+    from corral.local import faults
+
+    with render.guard():
+        state = _state()
+        session, aws = _session(state)
+        os.environ["AWS_ENDPOINT_URL"] = aws
+        try:
+            at = faults.interrupt(state, session, instance_id, notice)
+        except faults.FaultError as exc:
+            raise CliError(str(exc)) from None
+        render.console.print(
+            f"spot interruption warning sent to {instance_id}; terminated in "
+            f"{max(0.0, at - time.time()):.0f} s"
+        )
+
+
+@app.command("capacity")
+def capacity(
+    unavailable: Annotated[
+        str | None, typer.Option(help="TYPE, TYPE:spot|on-demand or TYPE|LOCATION|CAPACITY.")
+    ] = None,
+    available: Annotated[str | None, typer.Option(help="Undo an --unavailable.")] = None,
+) -> None:
+    """Make launches of an offering fail with InsufficientInstanceCapacity (or stop that)."""
+    from corral.local import faults
+
+    with render.guard():
+        if not unavailable and not available:
+            raise CliError("pass --unavailable OFFERING or --available OFFERING", 2)
+        state = _state()
+        if state.running_pid() is None:
+            raise CliError("no local stack is running (corral dev up)")
+        try:
+            if unavailable:
+                key = faults.set_unavailable(state, unavailable, True)
+                render.console.print(f"{key}: launches now fail with InsufficientInstanceCapacity")
+            if available:
+                key = faults.set_unavailable(state, available, False)
+                render.console.print(f"{key}: available again")
+        except faults.FaultError as exc:
+            raise CliError(str(exc), 2) from None

@@ -1,0 +1,182 @@
+"""``corral experiment create|list|describe|kill``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from corral.cli import render
+from corral.cli.client import ApiClient, CliError, client_from
+from corral.cli.render import EndpointOption, JsonOption
+
+app = typer.Typer(help="Submit, list, inspect and kill experiments.", no_args_is_help=True)
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
+TRIAL_TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
+
+EXPERIMENT_COLUMNS: list[render.Column] = [
+    ("EXPERIMENT", lambda e: e.get("id")),
+    ("NAME", lambda e: e.get("name")),
+    ("STATE", lambda e: render.state(e.get("state"))),
+    ("POOL", lambda e: e.get("pool")),
+    ("TRIALS", lambda e: render.by_state(e.get("trials_by_state"))),
+    ("SUBMITTED", lambda e: render.age(e.get("submitted_at"))),
+    ("COST", lambda e: render.money(e.get("cost_usd"))),
+]
+
+
+def read_config(file: Path) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"{file}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def follow_experiment(
+    client: ApiClient,
+    experiment_id: str,
+    *,
+    poll_s: float = 2.0,
+    timeout_s: float | None = None,
+    on_poll: Any = None,
+) -> dict[str, Any]:
+    """Show progress until the experiment is terminal; returns its final detail. Each trial's
+    state changes are also printed as lines, so a log file of the run tells the story."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    seen: dict[str, str] = {}
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=render.console, transient=False) as progress:
+        overall = progress.add_task("trials completed", total=None)
+        while True:
+            detail = client.get(f"/experiments/{experiment_id}")
+            trials = detail.get("trials") or []
+            for trial in trials:
+                where = ",".join(p.get("instance_id", "") for p in trial.get("placement") or [])
+                now = f"{trial.get('state')}{' on ' + where if where else ''}"
+                if seen.get(trial["id"]) != now:
+                    reason = trial.get("pending_reason")
+                    extra = f" ({reason})" if reason and trial.get("state") == "PENDING" else ""
+                    progress.console.print(f"{trial['id']}: {now}{extra}")
+                    seen[trial["id"]] = now
+            done = sum(1 for t in trials if t.get("state") in TRIAL_TERMINAL)
+            progress.update(overall, total=len(trials) or None, completed=done)
+            if on_poll is not None:
+                on_poll(detail)
+            if detail.get("state") in TERMINAL:
+                return dict(detail)
+            if deadline is not None and time.monotonic() > deadline:
+                raise CliError(f"gave up following {experiment_id} after {timeout_s:.0f} s")
+            time.sleep(poll_s)
+
+
+def summary_line(detail: dict[str, Any]) -> str:
+    return (
+        f"experiment {detail.get('id')} {detail.get('state')}: "
+        f"{render.by_state(detail.get('trials_by_state'))}; "
+        f"{detail.get('gpu_hours', 0):.4f} GPU-hours, {render.money(detail.get('cost_usd'))}"
+    )
+
+
+@app.command("create")
+def create(
+    file: Annotated[Path, typer.Argument(help="Experiment config (YAML).")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Show progress until done.")
+    ] = False,
+    client_token: Annotated[
+        str | None, typer.Option(help="Idempotency token: a retry returns the same experiment.")
+    ] = None,
+    json_out: JsonOption = False,
+    endpoint: EndpointOption = None,
+) -> None:
+    """Submit an experiment; with --follow, exit 0 only if every trial completes."""
+    with render.guard():
+        client = client_from(endpoint)
+        body: dict[str, Any] = {"config": read_config(file)}
+        if client_token:
+            body["client_token"] = client_token
+        detail = client.post("/experiments", body)
+        if json_out and not follow:
+            render.print_json(detail)
+            return
+        render.console.print(
+            f"created experiment {detail['id']} ({detail.get('name')}): "
+            f"{detail.get('trial_count', len(detail.get('trials') or []))} trial(s) "
+            f"in pool {detail.get('pool')}"
+        )
+        if not follow:
+            return
+        final = follow_experiment(client, detail["id"])
+        if json_out:
+            render.print_json(final)
+        else:
+            render.console.print(summary_line(final))
+        if final.get("state") != "COMPLETED":
+            raise typer.Exit(1)
+
+
+@app.command("list")
+def list_cmd(
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+    json_out: JsonOption = False,
+    endpoint: EndpointOption = None,
+) -> None:
+    """List experiments, newest first."""
+    with render.guard():
+        reply = client_from(endpoint).get("/experiments", {"limit": limit})
+        if json_out:
+            render.print_json(reply)
+            return
+        render.table("Experiments", EXPERIMENT_COLUMNS, reply.get("experiments") or [])
+
+
+@app.command("describe")
+def describe(
+    experiment_id: Annotated[str, typer.Argument(metavar="ID")],
+    json_out: JsonOption = False,
+    endpoint: EndpointOption = None,
+) -> None:
+    """An experiment and its trials."""
+    with render.guard():
+        e = client_from(endpoint).get(f"/experiments/{experiment_id}")
+        if json_out:
+            render.print_json(e)
+            return
+        render.fields(
+            f"Experiment {e.get('id')}",
+            [
+                ("name", e.get("name")),
+                ("state", render.state(e.get("state"))),
+                ("pool", e.get("pool")),
+                ("owner", e.get("owner")),
+                ("submitted", render.age(e.get("submitted_at"))),
+                ("trials", render.by_state(e.get("trials_by_state"))),
+                ("GPU-hours", f"{e.get('gpu_hours', 0):.4f}"),
+                ("cost", render.money(e.get("cost_usd"))),
+            ],
+        )
+        render.table("Trials", render.TRIAL_COLUMNS, e.get("trials") or [])
+
+
+@app.command("kill")
+def kill(
+    experiment_id: Annotated[str, typer.Argument(metavar="ID")],
+    json_out: JsonOption = False,
+    endpoint: EndpointOption = None,
+) -> None:
+    """Stop every trial of an experiment (running ones are told to stop)."""
+    with render.guard():
+        e = client_from(endpoint).post(f"/experiments/{experiment_id}/kill")
+        if json_out:
+            render.print_json(e)
+            return
+        render.console.print(f"experiment {e.get('id')}: {e.get('state')}")

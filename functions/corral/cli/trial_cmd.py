@@ -1,0 +1,116 @@
+"""``corral trial list|describe|logs``."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+
+from corral.cli import render
+from corral.cli.client import ApiClient, client_from
+from corral.cli.render import EndpointOption, JsonOption
+
+app = typer.Typer(help="Inspect trials and read their logs.", no_args_is_help=True)
+
+
+@app.command("list")
+def list_cmd(
+    experiment_id: Annotated[str, typer.Argument(metavar="EXPERIMENT")],
+    json_out: JsonOption = False,
+    endpoint: EndpointOption = None,
+) -> None:
+    """The trials of an experiment."""
+    with render.guard():
+        reply = client_from(endpoint).get(f"/experiments/{experiment_id}/trials")
+        if json_out:
+            render.print_json(reply)
+            return
+        render.table("Trials", render.TRIAL_COLUMNS, reply.get("trials") or [])
+
+
+@app.command("describe")
+def describe(
+    trial_id: Annotated[str, typer.Argument(metavar="ID")],
+    json_out: JsonOption = False,
+    endpoint: EndpointOption = None,
+) -> None:
+    """One trial: state, placement, checkpoint, cost and history."""
+    with render.guard():
+        t = client_from(endpoint).get(f"/trials/{trial_id}")
+        if json_out:
+            render.print_json(t)
+            return
+        render.fields(
+            f"Trial {t.get('id')}",
+            [
+                ("experiment", t.get("experiment_id")),
+                ("state", render.state(t.get("state"))),
+                ("pending because", t.get("pending_reason")),
+                ("slots", t.get("slots")),
+                (
+                    "placement",
+                    ", ".join(
+                        f"{p.get('instance_id')} gpus {p.get('gpus')}"
+                        for p in t.get("placement") or []
+                    ),
+                ),
+                ("ran on", ", ".join(t.get("ran_on") or [])),
+                ("restarts", f"{t.get('restarts', 0)}/{t.get('max_restarts', '-')}"),
+                ("preemptions", t.get("preemptions")),
+                ("latest checkpoint", t.get("latest_checkpoint")),
+                ("exit code", t.get("exit_code")),
+                ("GPU-hours", f"{t.get('gpu_hours', 0):.4f}"),
+                ("cost", render.money(t.get("cost_usd"))),
+                ("hyperparameters", t.get("hyperparameters")),
+            ],
+        )
+        render.table(
+            "History",
+            [
+                ("STATE", lambda h: render.state(h.get("state"))),
+                ("WHEN", lambda h: render.age(h.get("at"))),
+                ("WHY", lambda h: h.get("reason")),
+            ],
+            t.get("history") or [],
+        )
+
+
+def stream_logs(
+    client: ApiClient,
+    trial_id: str,
+    *,
+    follow: bool,
+    poll_s: float = 1.0,
+    printer: Any = None,
+) -> dict[str, Any]:
+    """Print every log line (pages of up to 1000); with ``follow``, keep going until the
+    trial is done. Returns the last page."""
+    after = -1
+    emit = printer or (lambda line: print(line, flush=True))
+    while True:
+        page = client.get(f"/trials/{trial_id}/logs", {"after_seq": after, "limit": 1000})
+        for line in page.get("lines") or []:
+            emit(line.get("line", ""))
+        after = int(page.get("next_after_seq", after))
+        if page.get("has_more"):
+            continue
+        if not follow or page.get("trial_done"):
+            return dict(page)
+        time.sleep(poll_s)
+
+
+@app.command("logs")
+def logs(
+    trial_id: Annotated[str, typer.Argument(metavar="ID")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Wait for new lines.")] = False,
+    json_out: JsonOption = False,
+    endpoint: EndpointOption = None,
+) -> None:
+    """A trial's output; with --follow, until the trial is done."""
+    with render.guard():
+        client = client_from(endpoint)
+        if json_out:
+            render.print_json(client.get(f"/trials/{trial_id}/logs", {"limit": 5000}))
+            return
+        stream_logs(client, trial_id, follow=follow)

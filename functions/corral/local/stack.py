@@ -1,0 +1,270 @@
+"""``DevStack``: Corral on one machine, driven as AWS drives it.
+
+One process holds the moto server (a child), the tables/queues/rules from the template, the
+real handlers behind an HTTP shim, the queue pollers and timers (threads) and the instance
+emulator, whose agents are child processes. The stack makes itself a child subreaper, so a
+trial orphaned by a dying agent is re-parented to it and still stopped on shutdown: ``stop``
+leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corral.domain.config import load_cluster_config
+from corral.local import moto_server
+from corral.local.faults import install_capacity_faults
+from corral.local.http_shim import HttpShim
+from corral.local.instance_emulator import EmulatorSettings, InstanceEmulator
+from corral.local.lambda_host import FunctionHost, FunctionOutput
+from corral.local.pollers import QueuePoller
+from corral.local.proctree import descendants, stop_tree
+from corral.local.resources import LocalResources, create_from_template
+from corral.local.state import StateDir
+from corral.local.timers import Timer
+
+log = logging.getLogger(__name__)
+
+_PR_SET_CHILD_SUBREAPER = 36
+# Where trials find the examples (see examples/grid.yaml): the directory the stack runs in.
+WORKSPACE_ENV = "CORRAL_WORKSPACE"
+
+
+def default_template() -> Path:
+    """``infra/template.yaml`` of this checkout (editable install), else of the cwd."""
+    here = Path(__file__).resolve().parents[3] / "infra" / "template.yaml"
+    return here if here.exists() else Path("infra/template.yaml").absolute()
+
+
+@dataclass
+class StackOptions:
+    cluster_config: Path
+    state: StateDir = field(default_factory=StateDir.default)
+    template: Path = field(default_factory=default_template)
+    api_port: int = 0
+    timer_scale: float = 1.0  # < 1 runs the template's timers faster (demos, tests)
+    boot_delay_s: float = 2.0
+    agent_settings: dict[str, Any] = field(default_factory=dict)
+    verbose: bool = False
+
+
+# The agent's timers, shortened for a laptop: notices are polled every second, a stopped
+# trial gets a few seconds to checkpoint, and a lost stack is noticed within a minute.
+DEV_AGENT_SETTINGS: dict[str, Any] = {
+    "interruption_poll_s": 1.0,
+    "interruption_margin_s": 2.0,
+    "stop_grace_s": 5.0,
+    "tick_s": 0.5,
+    "log_flush_interval_s": 1.0,
+    "agent_reconnect_attempts": 3,
+    "agent_reconnect_backoff": 1.0,
+    "dead_man_switch_s": 60.0,
+}
+
+
+def _become_subreaper() -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            log.debug("prctl(PR_SET_CHILD_SUBREAPER) unavailable")
+
+
+class DevStack:
+    def __init__(self, options: StackOptions) -> None:
+        self.options = options
+        self.state = options.state
+        self.stop_event = threading.Event()
+        self.moto: moto_server.MotoServer | None = None
+        self.http: HttpShim | None = None
+        self.emulator: InstanceEmulator | None = None
+        self.pollers: list[QueuePoller] = []
+        self.timers: list[Timer] = []
+        self.resources: LocalResources | None = None
+        self.user_token = ""
+        self.api_url = ""
+        self.aws_endpoint = ""
+        self._stopped = False
+        self._saved_stdout: Any = None
+        self._function_log: Any = None
+        # Taken before the stack adds moto's endpoint, fake credentials and its secrets.
+        self._agent_env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CORRAL_"))
+        }
+        self._agent_env[WORKSPACE_ENV] = str(Path.cwd())
+
+    # ---- start ------------------------------------------------------------------------
+    def start(self) -> None:
+        running = self.state.running_pid()
+        if running is not None and running != os.getpid():
+            raise RuntimeError(f"a local stack already runs (pid {running}); corral dev down")
+        config_text = self.options.cluster_config.read_text()
+        loaded = load_cluster_config(config_text)  # a bad config fails here, before moto
+        self.state.prepare()
+        self.state.clear_runtime_files()
+        if self._saved_stdout is not None:
+            sys.stdout = self._saved_stdout
+            self._function_log.close()
+        self.state.write(self.state.pid_file, f"{os.getpid()}\n")
+        _become_subreaper()
+        try:
+            self._start(config_text, loaded.config)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, config_text: str, config: Any) -> None:
+        import boto3  # type: ignore[import-untyped]
+
+        self.moto = moto_server.MotoServer(self.state.logs / "moto.log")
+        self.moto.start()
+        assert self.moto.pid is not None
+        self.state.add_child(self.moto.pid)
+        self.aws_endpoint = self.moto.endpoint
+        region = next(
+            (
+                p.provider.region
+                for p in config.resource_pools
+                if getattr(p.provider, "region", None)
+            ),
+            moto_server.DEFAULT_REGION,
+        )
+        moto_server.apply_aws_env(self.aws_endpoint, region)
+        boto3.setup_default_session()
+        session = boto3.DEFAULT_SESSION
+        assert session is not None
+        # Clients made from here on (the EC2 provider's among them) inherit the hook.
+        install_capacity_faults(self.state, session.events)
+        self.resources = create_from_template(self.options.template, session)
+        for warning in self.resources.warnings:
+            log.warning("template: %s", warning)
+        if self.resources.http is None:
+            raise RuntimeError(f"{self.options.template}: no function with an HttpApi event")
+        self.user_token = secrets.token_urlsafe(24)
+        agent_secret = secrets.token_hex(32)
+        self._set_function_env(config_text, config, agent_secret)
+        self.state.write(self.state.token_file, self.user_token + "\n")
+        self.state.token_file.chmod(0o600)
+
+        # Function output (JSON logs, EMF metrics) goes to logs/functions.log, not the terminal.
+        self._function_log = (self.state.logs / "functions.log").open("a", buffering=1)
+        self._saved_stdout = sys.stdout
+        sys.stdout = FunctionOutput(sys.stdout, self._function_log)
+        host = FunctionHost(region)
+        http_fn = self.resources.http
+        self.http = HttpShim(
+            lambda event: host.invoke(http_fn, event),
+            self.options.api_port,
+            route_key=self.resources.http_route,
+        )
+        self.api_url = self.http.url
+        self.http.start()
+        sqs = session.client("sqs")
+        for source in self.resources.queues:
+            poller = QueuePoller(source, sqs, host, region, self.stop_event)
+            self.pollers.append(poller)
+            poller.start()
+        for timer_source in self.resources.timers:
+            timer = Timer(
+                timer_source,
+                host,
+                region,
+                moto_server.FAKE_ACCOUNT,
+                self.stop_event,
+                scale=self.options.timer_scale,
+            )
+            self.timers.append(timer)
+            timer.start()
+        ownership = tuple(
+            dict.fromkeys((p.ownership.key, p.ownership.value) for p in config.resource_pools)
+        )
+        settings = EmulatorSettings(
+            api_url=self.api_url,
+            agent_secret=agent_secret.encode(),
+            ownership=ownership,
+            boot_delay_s=self.options.boot_delay_s,
+            agent_settings={**DEV_AGENT_SETTINGS, **self.options.agent_settings},
+            agent_env=self._agent_env,
+        )
+        self.emulator = InstanceEmulator(self.state, session, settings, self.stop_event)
+        self.emulator.start()
+        # Last: other processes take these files to mean "ready".
+        self.state.write(self.state.aws_endpoint_file, self.aws_endpoint + "\n")
+        self.state.write(self.state.endpoint_file, self.api_url + "\n")
+
+    def _set_function_env(self, config_text: str, config: Any, agent_secret: str) -> None:
+        assert self.resources is not None
+        env = self.resources.environment()
+        env.update(
+            {
+                "CORRAL_CLUSTER_CONFIG": config_text,  # wins over the SSM parameter
+                "CORRAL_API_AUTH": "token",
+                "CORRAL_USER_TOKEN": self.user_token,
+                "CORRAL_USER_NAME": os.environ.get("USER", "local"),
+                "CORRAL_AGENT_TOKEN_SECRET": agent_secret,
+                "POWERTOOLS_LOG_LEVEL": "DEBUG" if self.options.verbose else "INFO",
+            }
+        )
+        pairs = {(p.ownership.key, p.ownership.value) for p in config.resource_pools}
+        # The template's tag pair guards IAM policies, which moto does not enforce: use the
+        # example cluster's own pair instead of refusing it.
+        for name in ("CORRAL_TAG_KEY", "CORRAL_TAG_VALUE"):
+            env.pop(name, None)
+            os.environ.pop(name, None)
+        if len(pairs) == 1:
+            ((key, value),) = pairs
+            env.update({"CORRAL_TAG_KEY": key, "CORRAL_TAG_VALUE": value})
+        os.environ.update(env)
+
+    # ---- run and stop -----------------------------------------------------------------
+    def banner(self) -> str:
+        return (
+            f"Corral local stack is up.\n"
+            f"  API:        {self.api_url}   (docs: {self.api_url}/docs)\n"
+            f"  AWS (moto): {self.aws_endpoint}\n"
+            f"  state:      {self.state.root}\n"
+            f"  try:        corral experiment create examples/grid.yaml --follow"
+        )
+
+    def run_until_signalled(self) -> None:
+        def on_signal(signum: int, _frame: Any) -> None:
+            log.info("signal %d: stopping", signum)
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGHUP, on_signal)
+        try:
+            while not self.stop_event.wait(0.5):
+                pass
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self.stop_event.set()
+        if self.http is not None:
+            self.http.stop()
+        if self.emulator is not None:
+            self.emulator.stop_all()
+        for thread in [p.thread for p in self.pollers] + [t.thread for t in self.timers]:
+            thread.join(timeout=5)
+        if self.moto is not None:
+            self.moto.stop()
+        # Anything still below us (trials orphaned by an agent) goes too.
+        for pid in descendants(os.getpid()):
+            stop_tree(pid, grace_s=1.0)
+        for pid in self.state.children():
+            stop_tree(pid, graceful=False)
+        self.state.clear_runtime_files()
