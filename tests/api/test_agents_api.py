@@ -28,7 +28,7 @@ def test_register_and_heartbeat_round_trip_gives_assignments(
 ) -> None:
     cloud_id, agent_id, start = _assigned(api, cluster, running_agent)
 
-    assert start["entrypoint"] == ["python train.py"]
+    assert start["entrypoint"] == ["sh", "-c", "python train.py"]  # a string runs in a shell
     assert start["gpus"] == [0]
     assert start["checkpoint"]["storage_uri"].endswith(start["trial_id"])
     agents = api.get("/agents").json["instances"]

@@ -39,7 +39,8 @@ def build_assignment(ctx: Context, trial: Trial, agent_id: str) -> TrialAssignme
         trial_id=trial.id,
         experiment_id=trial.experiment_id,
         image=config.image,
-        entrypoint=[entrypoint] if isinstance(entrypoint, str) else list(entrypoint),
+        # A string is a command line and runs through a shell; a list runs as it is.
+        entrypoint=["sh", "-c", entrypoint] if isinstance(entrypoint, str) else list(entrypoint),
         gpus=gpus,
         hyperparameters=trial.hyperparameters,
         environment=dict(config.environment.environment_variables),

@@ -109,11 +109,14 @@ def _apply(ctx: Context, decision: Decision) -> None:
             wake_scheduler(ctx, f"{decision.record.id} is back")
     elif isinstance(decision, TerminateCloud):
         ctx.cloud.terminate([decision.cloud_id])
+        record = ctx.store.get_instance(decision.record_id) if decision.record_id else None
+        # An orphan has no live record; otherwise this repeats a termination we own.
+        orphan = record is None or not record.is_live
         ctx.store.append_events(
             [
                 Event(
                     now,
-                    EventKind.ORPHAN_TERMINATED,
+                    EventKind.ORPHAN_TERMINATED if orphan else EventKind.INSTANCE_TERMINATING,
                     f"{decision.cloud_id}: {decision.reason}",
                     pool=decision.pool,
                     instance_id=decision.record_id,

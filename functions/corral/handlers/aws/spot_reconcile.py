@@ -39,6 +39,15 @@ _TERMINATIONS = ("Terminate", "TerminateCloud")
 
 
 def record_handler(record: SQSRecord) -> str:
+    try:
+        return _apply(record)
+    except Exception:
+        # The batch processor only reports the record as failed; say why before it retries.
+        logger.exception("interruption record failed", extra={"message_id": record.message_id})
+        raise
+
+
+def _apply(record: SQSRecord) -> str:
     logger.set_correlation_id(record.message_id)
     try:
         event = parse_event(record.body)
