@@ -130,13 +130,9 @@ class Agent:
         self._maybe_exit(now)
 
     # --- registration --------------------------------------------------------------------
-    def _register(self, now: float) -> None:
-        try:  # re-read: a GCE identity token lives an hour; a re-register needs a fresh one
-            self.identity = self.source.identity()
-        except Exception as exc:
-            log.warning("identity re-read failed, using the first one: %s", exc)
+    def _register_request(self, unhealthy_reason: str | None = None) -> RegisterRequest:
         i = self.identity
-        request = RegisterRequest(
+        return RegisterRequest(
             cloud_id=i.cloud_id,
             record_id=self.config.record_id,
             identity=i.identity,
@@ -146,7 +142,26 @@ class Agent:
             private_ip=i.private_ip,
             gpus=self.gpus,
             agent_version=_version(),
+            unhealthy_reason=unhealthy_reason,
         )
+
+    def report_unhealthy(self, reason: str) -> None:
+        """Tell the control plane this machine must not run trials (it terminates the
+        instance at once rather than after max_agent_starting_period). Best effort: the
+        starting deadline reclaims the instance if the report never arrives."""
+        try:
+            self.client.register(self._register_request(unhealthy_reason=reason))
+        except ControlPlaneError as exc:
+            log.info("unhealthy report acknowledged: %s", exc)
+        except Exception as exc:
+            log.warning("could not report unhealthy: %s", exc)
+
+    def _register(self, now: float) -> None:
+        try:  # re-read: a GCE identity token lives an hour; a re-register needs a fresh one
+            self.identity = self.source.identity()
+        except Exception as exc:
+            log.warning("identity re-read failed, using the first one: %s", exc)
+        request = self._register_request()
         try:
             reply = self.client.register(request)
         except Unreachable as exc:

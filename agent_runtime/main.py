@@ -62,20 +62,26 @@ def build_agent(
     auth: Auth | None = None,
     shutdown_runner: Runner | None = None,
 ) -> Agent:
-    """Detect identity and GPUs and assemble an Agent. Raises ``Unhealthy`` when the GPUs
-    are short, before anything is sent to the control plane."""
+    """Detect identity and GPUs and assemble an Agent. When the GPUs are short, report the
+    machine unhealthy to the control plane (never register it) and raise ``Unhealthy``."""
     clock = clock or SystemClock()
     sleeper = sleeper or EventSleeper()
     source = metadata_source(config, clock)
     identity = source.identity()
+    problem: Unhealthy | None = None
     try:
         gpus = detect_gpus(config)
     except GpuDetectionError as exc:
-        if config.expected_gpus:  # GPUs were promised: not finding any is unhealthy
-            raise Unhealthy(f"unhealthy: GPU detection failed: {exc}; not registering") from exc
-        log.info("no GPUs detected (%s)", exc)
         gpus = []
-    check_expected(gpus, config.expected_gpus)
+        if config.expected_gpus:  # GPUs were promised: not finding any is unhealthy
+            problem = Unhealthy(f"unhealthy: GPU detection failed: {exc}; not registering")
+        else:
+            log.info("no GPUs detected (%s)", exc)
+    if problem is None:
+        try:
+            check_expected(gpus, config.expected_gpus)
+        except Unhealthy as exc:
+            problem = exc
     client = ControlPlaneClient(
         config.api_url,
         auth or make_auth(config, identity, source, clock),
@@ -86,7 +92,7 @@ def build_agent(
         max_backoff_s=config.max_backoff_s,
         proxies=_proxies(config),
     )
-    return Agent(
+    agent = Agent(
         config,
         identity,
         gpus,
@@ -97,6 +103,12 @@ def build_agent(
         sleeper,
         shutdown_runner=shutdown_runner,
     )
+    if problem is not None:
+        # Report it instead of registering as a short-handed agent: the control plane
+        # terminates the instance now and counts it against the pool's breaker.
+        agent.report_unhealthy(str(problem))
+        raise problem
+    return agent
 
 
 def main(argv: Sequence[str] | None = None) -> int:

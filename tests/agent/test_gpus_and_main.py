@@ -1,5 +1,6 @@
 """GPU detection through a fake ``nvidia-smi`` first on PATH, and the unhealthy path through
-``corral-agent``'s real entry point: fewer GPUs than promised -> no registration, exit 2."""
+``corral-agent``'s real entry point: fewer GPUs than promised -> the machine is reported
+unhealthy (never registered as a short-handed agent), exit 2."""
 
 from __future__ import annotations
 
@@ -76,8 +77,12 @@ def test_fewer_gpus_than_promised_does_not_register(
     with caplog.at_level(logging.CRITICAL):
         code = main(["--config", str(config)])
     assert code == EXIT_UNHEALTHY
-    assert plane.requests == []  # not registered, not even tried
     assert "found 1 GPU(s) but this instance should have 4" in caplog.text
+    # One report so the control plane terminates the instance now; then nothing else.
+    (report,) = plane.requests
+    assert report.path == "/agents/register"
+    assert "found 1 GPU(s) but this instance should have 4" in report.body["unhealthy_reason"]
+    assert len(report.body["gpus"]) == 1
 
 
 def test_missing_nvidia_smi_with_gpus_promised_is_unhealthy(
@@ -92,4 +97,6 @@ def test_missing_nvidia_smi_with_gpus_promised_is_unhealthy(
     monkeypatch.setenv("CORRAL_AGENT_EXECUTOR", "process")
     monkeypatch.setenv("CORRAL_AGENT_WORK_DIR", str(tmp_path / "w"))
     assert main([]) == EXIT_UNHEALTHY
-    assert plane.requests == []
+    (report,) = plane.requests
+    assert "GPU detection failed" in report.body["unhealthy_reason"]
+    assert report.body["gpus"] == []

@@ -171,3 +171,30 @@ def test_reconcile_never_touches_an_instance_without_our_tags() -> None:
         seen = cluster.cloud.get(cloud_id)
         assert seen is not None and not seen.state.is_gone
         assert cluster.store.instance_by_cloud_id(cloud_id) is None
+
+
+def test_an_agent_reporting_itself_unhealthy_is_terminated_at_once() -> None:
+    import pytest
+
+    from corral.api.schemas.agent import Identity, IdentityKind, RegisterRequest
+    from corral.services.agents import AgentError, register
+
+    cluster = Cluster(make_pool())
+    cluster.submit()
+    cluster.pump()
+    cluster.clock.advance(31)
+    (cloud,) = cluster.cloud.list_owned()
+    request = RegisterRequest(
+        cloud_id=cloud.cloud_id,
+        identity=Identity(kind=IdentityKind.DEV, document="dev"),
+        instance_type=cloud.instance_type,
+        zone=cloud.location,
+        unhealthy_reason="unhealthy: GPU detection failed: nvidia-smi not found",
+    )
+    with pytest.raises(AgentError) as refused:
+        register(cluster.ctx, request, cloud.cloud_id)
+    assert refused.value.status == 422
+    assert "nvidia-smi not found" in refused.value.message
+    (record,) = cluster.instances()
+    assert record.state is InstanceState.TERMINATED
+    assert cluster.store.pool_state("gpu").boot_failures == 1

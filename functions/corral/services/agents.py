@@ -50,8 +50,8 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
         if record.state in (InstanceState.IDLE, InstanceState.BUSY):
             updated = replace(record, address=request.private_ip or record.address)
         elif record.state in (InstanceState.ALLOCATED, InstanceState.LOST):
-            if len(request.gpus) < record.slots:
-                _reject_short_of_gpus(ctx, record, len(request.gpus))
+            if request.unhealthy_reason or len(request.gpus) < record.slots:
+                _reject_unhealthy(ctx, record, len(request.gpus), request.unhealthy_reason)
             updated = replace(
                 record.transition(
                     InstanceState.IDLE, now, f"agent registered {len(request.gpus)} GPU(s)"
@@ -114,10 +114,12 @@ def _record_for(ctx: Context, request: RegisterRequest) -> Instance:
     raise AgentError(404, f"{request.cloud_id} is not an instance Corral launched")
 
 
-def _reject_short_of_gpus(ctx: Context, record: Instance, found: int) -> None:
+def _reject_unhealthy(ctx: Context, record: Instance, found: int, agent_says: str | None) -> None:
     """Never register a zero-GPU agent (Determined launched, idled and reaped those in a
     loop): terminate it and count it against the pool's breaker."""
-    reason = f"agent found {found} GPU(s), {record.offering.instance_type} has {record.slots}"
+    reason = agent_says or (
+        f"agent found {found} GPU(s), {record.offering.instance_type} has {record.slots}"
+    )
     state, opened = on_boot_failure(
         ctx.store.pool_state(record.pool), ctx.clock.now(), ctx.settings.reconcile.breaker_threshold
     )

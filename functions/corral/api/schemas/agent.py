@@ -54,6 +54,11 @@ class RegisterRequest(_Model):
     private_ip: str | None = None
     gpus: list[GpuInfo] = Field(default_factory=list)
     agent_version: str = "0"
+    unhealthy_reason: str | None = Field(
+        default=None,
+        description="Set when the machine is not what it should be (GPUs missing): the "
+        "control plane then terminates the instance at once instead of registering it",
+    )
 
 
 class RegisterResponse(_Model):
