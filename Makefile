@@ -33,6 +33,7 @@ test: lint types unit template-check
 
 # Benchmarks are slow and print figures for docs/benchmarks.md; never part of `make test`.
 bench: $(STAMP)
+	$(BIN)/python benchmarks/cold_start.py
 	$(BIN)/python benchmarks/sim_policies.py
 
 run: $(STAMP)

@@ -16,6 +16,7 @@ from corral.cli import (
     events_cmd,
     experiment_cmd,
     pool_cmd,
+    sim_cmd,
     trial_cmd,
 )
 
@@ -28,6 +29,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(experiment_cmd.app, name="experiment")
 app.add_typer(trial_cmd.app, name="trial")
 app.add_typer(command_cmd.app, name="command")

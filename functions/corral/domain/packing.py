@@ -15,6 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+# A bin whose GPU-hour costs more than this times the cheapest one is filled last.
+# (On-demand GPUs cost about three times spot; spot shapes of one family differ by < 10 %.)
+EXPENSIVE_FACTOR = 1.5
+
 
 @dataclass(slots=True)
 class Bin:
@@ -32,6 +36,10 @@ class Bin:
     def fully_free(self) -> bool:
         return len(self.free) == self.slots
 
+    @property
+    def price_per_slot(self) -> float:
+        return self.hourly_price / max(self.slots, 1)
+
 
 @dataclass(slots=True)
 class BinIndex:
@@ -39,6 +47,7 @@ class BinIndex:
 
     _by_free: dict[int, dict[str, Bin]] = field(default_factory=dict)
     _bins: dict[str, Bin] = field(default_factory=dict)
+    _cheapest: float = float("inf")  # lowest price per slot of any bin added
 
     @classmethod
     def of(cls, bins: Iterable[Bin]) -> BinIndex:
@@ -52,6 +61,8 @@ class BinIndex:
             raise ValueError(f"bin {b.id} added twice")
         self._bins[b.id] = b
         self._by_free.setdefault(len(b.free), {})[b.id] = b
+        if b.hourly_price > 0:
+            self._cheapest = min(self._cheapest, b.price_per_slot)
 
     def remove(self, bin_id: str) -> None:
         b = self._bins.pop(bin_id)
@@ -102,12 +113,28 @@ class BinIndex:
         return tuple(parts)
 
     def _best_fit(self, slots: int) -> Bin | None:
+        """The tightest fit among *cheap* bins, else the tightest fit of any price.
+
+        Cheap: a GPU-hour within ``EXPENSIVE_FACTOR`` of the cheapest bin added (spot
+        agents, when the pool also runs on-demand fallback agents). Filling the spare GPUs
+        of an expensive agent would keep it alive for as long as its longest trial; left
+        alone, it empties and the reaper lets it go.
+        """
+        tightest: Bin | None = None
         for free in sorted(f for f, bucket in self._by_free.items() if bucket and f >= slots):
             bucket = self._by_free[free]
             # Among equally tight fits prefer real agents over hypothetical ones, and
             # partly used agents over fully free ones (insertion order breaks ties).
-            return min(bucket.values(), key=lambda b: (b.hypothetical, b.fully_free))
-        return None
+            best = min(
+                bucket.values(), key=lambda b: (self._expensive(b), b.hypothetical, b.fully_free)
+            )
+            if not self._expensive(best):
+                return best
+            tightest = tightest or best
+        return tightest
+
+    def _expensive(self, b: Bin) -> bool:
+        return b.price_per_slot > self._cheapest * EXPENSIVE_FACTOR
 
     def _gang(self, slots: int, allow_mixed: bool) -> list[Bin] | None:
         free_bins = [b for b in self._bins.values() if b.fully_free and b.slots > 0]

@@ -6,7 +6,9 @@ Demand the scheduler could not place is matched, in order, against:
 2. free GPUs left on agents, agents drained for idleness (taken back instead of a launch),
    and the unclaimed room on instances on their way;
 3. new instances, bought per trial at the lowest price per *useful* GPU (an 8-GPU instance
-   is no bargain for one 1-GPU trial), from offerings the cloud has not recently refused.
+   is no bargain for one 1-GPU trial), from offerings the cloud has not recently refused;
+   while the pool is under arrival pressure every GPU counts as useful and the biggest of
+   the equally cheap shapes is bought (see ``_Buyer.choose``).
    A gang larger than one instance is bought whole, of one instance type.
 Step 1 makes planning idempotent: the same demand, planned again, launches nothing. The
 count is clamped to ``max_instances`` (a gang that cannot get every instance launches none)
@@ -29,6 +31,12 @@ from corral.domain.records import PoolState
 from corral.domain.trial import Trial
 
 Parts = tuple[tuple[str, tuple[int, ...]], ...]
+
+# A pool that had to launch for waiting trials this recently is under arrival pressure
+# (two hours: bursts of submissions in the published traces come in waves of hours).
+PRESSURE_WINDOW_S = 7200.0
+# Offerings whose GPU-hour is within this fraction of the cheapest count as equally cheap.
+PRICE_TIE = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,15 +113,29 @@ class _Buyer:
     offerings: list[Offering]
     bought: dict[str, Offering] = field(default_factory=dict)
     demand: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    under_pressure: bool = False
 
     def choose(self, slots: int, behind: Counter[int]) -> Offering | None:
-        """Cheapest offering per useful GPU for this trial and the demand behind it."""
+        """Cheapest offering per useful GPU for this trial and the demand behind it.
+
+        Under arrival pressure (the pool launched for demand within ``PRESSURE_WINDOW_S``)
+        every GPU of an instance counts as useful: trials keep arriving, the scheduler's best
+        fit fills the spare GPUs before any whole agent, and spare GPUs on a registered agent
+        are what lets the next trial start without waiting for a boot. Among offerings within
+        ``PRICE_TIE`` of the cheapest GPU-hour the bigger one is taken then (more spare room
+        for the burst at no higher price). Otherwise, right-size: an 8-GPU instance is no
+        bargain for one 1-GPU trial when nothing else is coming.
+        """
         if not self.offerings:
             return None
         fits = [o for o in self.offerings if o.slots >= max(slots, 1)]
         if not fits:
             # A gang over several instances: every GPU is useful; prefer bigger nodes.
             return min(self.offerings, key=lambda o: (o.price_per_slot_hour, -o.slots))
+        if self.under_pressure:
+            cheapest = min(o.price_per_slot_hour for o in fits)
+            near = [o for o in fits if o.price_per_slot_hour <= cheapest * (1 + PRICE_TIE)]
+            return min(near, key=lambda o: (not o.is_spot, -o.slots, o.price_per_slot_hour))
 
         def score(o: Offering) -> tuple[float, bool, int]:
             # GPUs of the demand still behind this trial that could share the instance.
@@ -196,6 +218,7 @@ def plan_pool(
         burn_usd_per_hour=sum(i.offering.hourly_price for i in live),
         month_to_date_usd=month_to_date_usd,
         offerings=[o for o in pool.offerings() if state.capacity.is_available(o.key, now)],
+        under_pressure=under_pressure(live, now),
     )
     used: set[str] = set(claimed)
     behind = Counter(t.slots for t in unplaced if t.id not in covered)
@@ -224,6 +247,12 @@ def plan_pool(
     reserved = frozenset((used & existing) - set(starting))
     surplus = _surplus(pool, starting, used, len(live))
     return PoolPlan(pool.name, launches, reserved, surplus, reasons)
+
+
+def under_pressure(live: Sequence[Instance], now: float) -> bool:
+    """Whether trials arrived faster than free GPUs lately: an instance launched for
+    waiting trials (not for min_instances) within ``PRESSURE_WINDOW_S`` is still live."""
+    return any(i.planned_for and now - i.created_at <= PRESSURE_WINDOW_S for i in live)
 
 
 def _buy_for(

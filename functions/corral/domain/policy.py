@@ -47,6 +47,12 @@ class PoolPolicy(Protocol):
     @property
     def on_demand_fallback(self) -> bool: ...
 
+    @property
+    def reap_fallback_early(self) -> bool:
+        """Drain idle on-demand fallback agents of a spot pool once idle as long as their
+        boot took (never later than max_idle_s)."""
+        ...
+
     def offerings(self) -> list[Offering]:
         """Every offering the pool may launch (spot ones first when the pool uses spot)."""
         ...
@@ -66,6 +72,7 @@ class StaticPool:
     capacity_memory_s: float = 180.0
     monthly_budget_usd: float | None = None
     on_demand_fallback: bool = True
+    reap_fallback_early: bool = True
     extra: dict[str, float] = field(default_factory=dict)
 
     def offerings(self) -> list[Offering]:

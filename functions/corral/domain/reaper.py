@@ -15,6 +15,10 @@ are on their way out and do not count either. The reaper never drains when that 
 fewer staying agents than ``min_instances``, and takes a drained-for-idleness agent back when
 the staying count has fallen below it (a BUSY agent was lost meanwhile).
 
+How long an agent may idle: ``max_idle_agent_period``, except that an on-demand agent of a
+spot pool (fallback capacity) goes once idle as long as it took to boot, when the pool's
+``reap_fallback_early`` is on (``idle_limit_s``).
+
 Never touched: BUSY agents, agents with allocations, agents whose latest heartbeat reports
 trials, and agents in ``reserved`` (capacity the planner counted for pending demand, e.g. one
 member of a gang). ``heartbeats`` is keyed by instance record id.
@@ -62,6 +66,39 @@ def idle_since(instance: Instance) -> float | None:
         return instance.idle_since
     entered = instance.entered_at(IS.IDLE)
     return entered if entered is not None else instance.registered_at
+
+
+def idle_limit_s(pool: PoolPolicy, instance: Instance) -> float:
+    """How long this agent may stay idle before it is drained: ``max_idle_agent_period``,
+    or, for an on-demand agent of a pool that prefers spot (fallback capacity) when
+    ``reap_fallback_early`` is on, the time it took to boot, if shorter.
+
+    Why the boot time: an idle agent kept that long has cost what starting a new one costs
+    (the ski-rental break-even), and fallback capacity is the most expensive kind; new
+    demand is better served by spot, which the planner tries first. Spot agents stay warm
+    for the whole period: they are what lets the next trial start without waiting.
+    """
+    limit = pool.max_idle_s
+    if instance.offering.is_spot or not pool.reap_fallback_early:
+        return limit
+    if not any(o.is_spot for o in pool.offerings()):
+        return limit  # an on-demand pool: nothing to fall back from
+    boot = _boot_s(instance)
+    return limit if boot is None else min(limit, boot)
+
+
+def _boot_s(instance: Instance) -> float | None:
+    start = instance.launched_at or instance.requested_at
+    if start is None or instance.registered_at is None:
+        return None
+    return max(instance.registered_at - start, 0.0)
+
+
+def drain_deadline(pool: PoolPolicy, instance: Instance) -> float | None:
+    """When an IDLE agent first becomes a candidate for draining (None: idle time unknown).
+    Timer-driven callers (the simulator) use it to skip passes that cannot drain anything."""
+    since = idle_since(instance)
+    return None if since is None else since + idle_limit_s(pool, instance)
 
 
 def has_work(instance: Instance, heartbeat: Heartbeat | None) -> bool:
@@ -122,10 +159,19 @@ def plan_reaping(
 
     for inst in schedulable:
         idle_for = now - _idle_from(inst, now)
-        if staying <= floor or idle_for <= pool.max_idle_s:
-            # Sorted longest idle first, so no later agent has been idle longer either.
+        if staying <= floor:
             break
-        reason = f"idle for {idle_for:.0f}s, past max_idle_agent_period ({pool.max_idle_s:.0f}s)"
+        limit = idle_limit_s(pool, inst)
+        if idle_for <= limit:
+            continue
+        if limit < pool.max_idle_s:
+            reason = (
+                f"on-demand fallback idle for {idle_for:.0f}s, past its boot time ({limit:.0f}s)"
+            )
+        else:
+            reason = (
+                f"idle for {idle_for:.0f}s, past max_idle_agent_period ({pool.max_idle_s:.0f}s)"
+            )
         drain.append(ReapDecision(inst, IS.DRAINING, reason))
         staying -= 1
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from corral.domain import planner, reaper
+from corral.domain.instance import Instance
+from corral.domain.planner import PoolPlan
 from corral.domain.policy import PoolPolicy
+from corral.domain.reaper import ReapPlan
 from corral.domain.reconcile_decisions import ReconcileSettings
+from corral.domain.records import Heartbeat, PoolState
+from corral.domain.trial import Trial
 from corral.ports.clock import Clock
 from corral.ports.cloud import CloudProvider
 from corral.ports.queue import Queue
@@ -26,6 +32,71 @@ class RandomIds:
 
     def new(self, prefix: str) -> str:
         return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+class ScalingPolicy(Protocol):
+    """How pools scale: the planner (what to launch) and the reaper (what to let go).
+
+    Production always uses :class:`DomainPolicy`; the simulator swaps in other policies
+    (a model of Determined's provisioner) to compare them through the same services."""
+
+    def plan_pool(
+        self,
+        pool: PoolPolicy,
+        unplaced: Sequence[Trial],
+        instances: Sequence[Instance],
+        state: PoolState,
+        now: float,
+        *,
+        leftover_free: Mapping[str, tuple[int, ...]] | None = None,
+        month_to_date_usd: float = 0.0,
+    ) -> PoolPlan: ...
+
+    def plan_reaping(
+        self,
+        pool: PoolPolicy,
+        instances: Sequence[Instance],
+        now: float,
+        *,
+        reserved: frozenset[str] = frozenset(),
+        heartbeats: Mapping[str, Heartbeat] | None = None,
+    ) -> ReapPlan: ...
+
+
+class DomainPolicy:
+    """Corral's own policy: the domain planner and reaper, unchanged."""
+
+    def plan_pool(
+        self,
+        pool: PoolPolicy,
+        unplaced: Sequence[Trial],
+        instances: Sequence[Instance],
+        state: PoolState,
+        now: float,
+        *,
+        leftover_free: Mapping[str, tuple[int, ...]] | None = None,
+        month_to_date_usd: float = 0.0,
+    ) -> PoolPlan:
+        return planner.plan_pool(
+            pool,
+            unplaced,
+            instances,
+            state,
+            now,
+            leftover_free=leftover_free,
+            month_to_date_usd=month_to_date_usd,
+        )
+
+    def plan_reaping(
+        self,
+        pool: PoolPolicy,
+        instances: Sequence[Instance],
+        now: float,
+        *,
+        reserved: frozenset[str] = frozenset(),
+        heartbeats: Mapping[str, Heartbeat] | None = None,
+    ) -> ReapPlan:
+        return reaper.plan_reaping(pool, instances, now, reserved=reserved, heartbeats=heartbeats)
 
 
 @dataclass
@@ -64,6 +135,7 @@ class Context:
     ids: IdSource = field(default_factory=RandomIds)
     rng: random.Random = field(default_factory=random.Random)
     settings: ServiceSettings = field(default_factory=ServiceSettings)
+    policy: ScalingPolicy = field(default_factory=DomainPolicy)
 
     def pool(self, name: str) -> PoolPolicy | None:
         return self.pools.get(name)

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 from corral.domain.errors import ConflictError
 from corral.domain.instance import LIVE_STATES, InstanceState
-from corral.domain.reaper import plan_reaping
 from corral.domain.records import Event, EventKind
 from corral.domain.trial import TrialState
 from corral.services.context import Context
@@ -30,7 +29,7 @@ def run_idle_reap(ctx: Context) -> ReapReport:
     _, plans = plan_all(ctx, ctx.store.trials(states={TrialState.PENDING}), live)
     heartbeats = ctx.store.heartbeats([i.id for i in live])
     for name, pool in ctx.pools.items():
-        plan = plan_reaping(
+        plan = ctx.policy.plan_reaping(
             pool,
             [i for i in live if i.pool == name],
             now,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from corral.domain.errors import ConflictError
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState, new_instance
-from corral.domain.planner import PoolPlan, plan_pool
+from corral.domain.planner import PoolPlan
 from corral.domain.records import Event, EventKind, PoolState
 from corral.domain.scheduler import Assignment, ScheduleResult, schedule
 from corral.domain.trial import Trial, TrialState
@@ -50,7 +50,7 @@ def plan_all(
     for name, pool in ctx.pools.items():
         state = ctx.store.pool_state(name)
         pool_live = [i for i in live if i.pool == name]
-        plans[name] = plan_pool(
+        plans[name] = ctx.policy.plan_pool(
             pool,
             [t for t in result.unplaced if t.pool == name],
             pool_live,
@@ -80,7 +80,7 @@ def run_schedule_pass(ctx: Context) -> PassReport:
     for name, pool in ctx.pools.items():
         pool_live = [i for i in live.values() if i.pool == name]
         state = ctx.store.pool_state(name)
-        plan = plan_pool(
+        plan = ctx.policy.plan_pool(
             pool,
             [t for t in unplaced if t.pool == name],
             pool_live,

@@ -7,6 +7,7 @@ on the cloud; cloud-specific settings stay on ``pool.provider`` for the adapters
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
@@ -106,8 +107,17 @@ class ResourcePool(FrozenModel):
         Spot offerings come first, then on-demand ones (when the pool is not spot, or may fall
         back); within each, instance types and then locations keep the config's order.
         ``slots`` and ``hourly_price`` come from the catalog (price 0.0 when unknown).
+        Computed once per pool (the planner asks on every pass); callers get a fresh list.
         """
-        return self.provider.offerings()
+        return list(self._offerings)
+
+    @cached_property
+    def _offerings(self) -> tuple[Offering, ...]:
+        return tuple(self.provider.offerings())
+
+    @property
+    def reap_fallback_early(self) -> bool:
+        return self.provider.reap_fallback_early
 
     @property
     def max_slots_per_instance(self) -> int:

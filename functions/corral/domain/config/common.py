@@ -86,6 +86,9 @@ class CommonProvider(FrozenModel):
     on_demand_fallback: bool = True
     monthly_budget_usd: float | None = Field(default=None, gt=0)
     capacity_memory_period: Duration = 180.0
+    # An idle on-demand agent of a spot pool (fallback capacity, ~3x the spot price) is
+    # drained once idle as long as it took to boot, not after max_idle_agent_period.
+    reap_fallback_early: bool = True
 
     @model_validator(mode="after")
     def _check_common(self) -> Self:

@@ -1,0 +1,111 @@
+"""The figures of one run, and the oracle lower bound they are judged against.
+
+- ``cost_usd``: what the simulated cloud billed for every instance the policy launched
+  (per second, 60 s minimum, from running to termination or interruption).
+- ``oracle_cost_usd``: every job's GPU-seconds at the cheapest price per GPU-hour of any
+  offering the config allows, with no idle time, no boot time and no waiting. No policy can
+  pay less for the same work on the same offerings.
+- waits: submission to the first start of the job's trial (queueing delay, as the Philly
+  and Helios studies report it); time spent pending again after an interruption shows up in
+  ``lost_gpu_hours`` and cost instead.
+- ``gpu_hours_used``: GPU time trials held while running, work later lost included;
+  ``gpu_hours_paid``: GPU time of billed instances; ``idle_gpu_hours`` the difference.
+- ``lost_gpu_hours``: work done since a trial's last checkpoint when its instance went away
+  (it has to be redone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+from corral.domain.offerings import Offering
+from corral.sim.engine import Replay
+
+HOUR_S = 3600.0
+
+
+@dataclass(frozen=True)
+class SimMetrics:
+    policy: str
+    jobs: int
+    completed: int
+    cost_usd: float
+    oracle_cost_usd: float
+    cost_ratio: float
+    wait_p50_s: float
+    wait_p95_s: float
+    wait_max_s: float
+    gpu_hours_used: float
+    gpu_hours_paid: float
+    idle_gpu_hours: float
+    instances_launched: int
+    spot_interruptions: int
+    lost_gpu_hours: float
+    launch_failures: int
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def cheapest_gpu_hour(offerings: Iterable[Offering]) -> float:
+    """The lowest price per GPU-hour of any offering (0 when none is priced)."""
+    prices = [o.hourly_price / o.slots for o in offerings if o.slots > 0 and o.hourly_price > 0]
+    return min(prices, default=0.0)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def paid_intervals(replay: Replay) -> list[tuple[float, float, int, float]]:
+    """(start, end, GPUs, USD) for every instance the run paid for."""
+    found = []
+    for ci in replay.cloud.all_instances():
+        offering = replay.offerings.get(ci.cloud_id)
+        usd = replay.cloud.billed_usd(ci.cloud_id, replay.end)
+        if offering is None or offering[1] <= 0 or usd <= 0:
+            continue
+        slots, price = offering
+        seconds = usd / price * HOUR_S
+        start = ci.launched_at + replay.pending_s
+        found.append((start, start + seconds, slots, usd))
+    return found
+
+
+def measure(replay: Replay, offerings: Iterable[Offering]) -> SimMetrics:
+    """The figures of a finished run; ``offerings``: every offering the config allows."""
+    runs = replay.jobs
+    per_gpu = cheapest_gpu_hour(offerings)
+    oracle = sum(r.job.gpus * r.job.duration_s for r in runs) / HOUR_S * per_gpu
+    waits = [r.first_start - r.job.submit_s - replay.start for r in runs if r.first_start]
+    paid = paid_intervals(replay)
+    cost = replay.cloud.total_billed_usd(replay.end)
+    used = sum(r.used_gpu_s for r in runs) / HOUR_S
+    paid_gpu_h = sum((end - start) * slots for start, end, slots, _ in paid) / HOUR_S
+    launched = len(replay.offerings)
+    return SimMetrics(
+        policy=replay.policy,
+        jobs=len(runs) + len(replay.rejected),
+        completed=sum(1 for r in runs if r.completed_at is not None),
+        cost_usd=round(cost, 2),
+        oracle_cost_usd=round(oracle, 2),
+        cost_ratio=round(cost / oracle, 4) if oracle > 0 else 0.0,
+        wait_p50_s=round(percentile(waits, 50), 1),
+        wait_p95_s=round(percentile(waits, 95), 1),
+        wait_max_s=round(max(waits, default=0.0), 1),
+        gpu_hours_used=round(used, 2),
+        gpu_hours_paid=round(paid_gpu_h, 2),
+        idle_gpu_hours=round(max(paid_gpu_h - used, 0.0), 2),
+        instances_launched=launched,
+        spot_interruptions=replay.interruptions,
+        lost_gpu_hours=round(sum(r.lost_gpu_s for r in runs) / HOUR_S, 2),
+        launch_failures=replay.launch_failures,
+    )

@@ -1,0 +1,198 @@
+"""Simulated agents and the jobs they run, driven through the real agent services.
+
+An agent registers when its instance is running and its agent has started, then talks to the
+control plane only through ``services.agents`` (register, heartbeat, report_trial_status),
+as the agent runtime does. A trial runs for its remaining work; it checkpoints every
+``checkpoint_interval_s`` from the start of each run, and, when told to stop (Corral turns an
+interruption notice into a stop), checkpoints on the way out. Work since the last checkpoint
+is lost when an instance disappears under a running trial.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+from corral.api.schemas.agent import (
+    AgentTrialState,
+    GpuInfo,
+    HeartbeatRequest,
+    Identity,
+    IdentityKind,
+    RegisterRequest,
+    TrialStatus,
+)
+from corral.services import agents as agent_service
+from corral.services.context import Context
+from corral.sim.trace import Job
+
+
+@dataclass(slots=True)
+class JobRun:
+    job: Job
+    trial_id: str
+    checkpoint_interval_s: float
+    done_s: float = 0.0  # work saved in checkpoints (or finished)
+    run_start: float | None = None
+    run_token: int = 0
+    agents: tuple[str, ...] = ()  # cloud ids running the current run, rank 0 first
+    first_start: float | None = None
+    completed_at: float | None = None
+    used_gpu_s: float = 0.0  # GPU time held while running, lost work included
+    lost_gpu_s: float = 0.0
+
+    def end_run(self, now: float, checkpoint_now: bool) -> None:
+        """The current run stops at ``now``; keep what was checkpointed."""
+        if self.run_start is None:
+            return
+        ran = now - self.run_start
+        saved = ran if checkpoint_now else ran - ran % self.checkpoint_interval_s
+        saved = min(saved, self.job.duration_s - self.done_s)
+        self.used_gpu_s += self.job.gpus * ran
+        self.lost_gpu_s += self.job.gpus * max(ran - saved, 0.0)
+        self.done_s += saved
+        self.run_start = None
+        self.run_token += 1
+        self.agents = ()
+
+
+@dataclass
+class SimAgent:
+    cloud_id: str
+    gpus: int
+    agent_id: str | None = None
+    running: set[str] = field(default_factory=set)
+    alive: bool = True
+
+
+@dataclass
+class Workers:
+    """Every simulated agent and job of one run."""
+
+    ctx: Context
+    agents: dict[str, SimAgent] = field(default_factory=dict)  # by cloud id
+    by_record: dict[str, str] = field(default_factory=dict)  # record id -> cloud id
+    jobs: dict[str, JobRun] = field(default_factory=dict)  # by trial id
+    completions: list[tuple[float, int, str, int]] = field(default_factory=list)
+    _seq: itertools.count[int] = field(default_factory=itertools.count)
+
+    # ---- agents ---------------------------------------------------------------------
+    def register(self, cloud_id: str, record_id: str | None, itype: str, zone: str) -> None:
+        record = self.ctx.store.instance_by_cloud_id(cloud_id)
+        gpus = record.slots if record is not None else 0
+        agent = SimAgent(cloud_id, gpus)
+        self.agents[cloud_id] = agent
+        request = RegisterRequest(
+            cloud_id=cloud_id,
+            record_id=record_id,
+            identity=Identity(kind=IdentityKind.DEV, document="sim"),
+            instance_type=itype,
+            zone=zone,
+            gpus=[GpuInfo(index=i, uuid=f"GPU-{i}", name="sim", memory_mib=0) for i in range(gpus)],
+        )
+        try:
+            agent.agent_id = agent_service.register(self.ctx, request, cloud_id).agent_id
+        except agent_service.AgentError:
+            agent.alive = False  # told to shut down (its record moved on meanwhile)
+            return
+        self.by_record[agent.agent_id] = cloud_id
+
+    def heartbeat(self, agent: SimAgent, *, notice: bool = False, checkpoint: bool = True) -> None:
+        """One heartbeat: report what runs, start what the reply assigns, stop what it
+        says to stop (checkpointing first when ``checkpoint``)."""
+        if not agent.alive or agent.agent_id is None:
+            return
+        now = self.ctx.clock.now()
+        statuses = [TrialStatus(trial_id=t, state=AgentTrialState.RUNNING) for t in agent.running]
+        reply = agent_service.heartbeat(
+            self.ctx,
+            agent.agent_id,
+            agent.cloud_id,
+            HeartbeatRequest(trials=statuses, interruption_notice=notice),
+        )
+        for trial_id in reply.stop:
+            job = self.jobs.get(trial_id)
+            if job is not None and agent.cloud_id in job.agents:
+                self._stop_run(job, now, checkpoint)
+            agent.running.discard(trial_id)
+        started = [a.trial_id for a in reply.start]
+        for trial_id in started:
+            agent.running.add(trial_id)
+            self._join_run(trial_id, agent, now)
+        for trial_id in started:
+            status = TrialStatus(trial_id=trial_id, state=AgentTrialState.RUNNING)
+            agent_service.report_trial_status(self.ctx, agent.agent_id, agent.cloud_id, status)
+
+    def kill(self, cloud_id: str, now: float) -> None:
+        """The instance is gone: its runs end with what they had checkpointed."""
+        agent = self.agents.get(cloud_id)
+        if agent is None or not agent.alive:
+            return
+        agent.alive = False
+        for trial_id in list(agent.running):
+            job = self.jobs.get(trial_id)
+            if job is not None and cloud_id in job.agents:
+                self._stop_run(job, now, checkpoint=False)
+        agent.running.clear()
+
+    def alive(self) -> list[SimAgent]:
+        return [a for a in self.agents.values() if a.alive]
+
+    def forget_dead(self) -> None:
+        for cloud_id in [c for c, a in self.agents.items() if not a.alive]:
+            agent = self.agents.pop(cloud_id)
+            if agent.agent_id is not None:
+                self.by_record.pop(agent.agent_id, None)
+
+    # ---- runs -----------------------------------------------------------------------
+    def _join_run(self, trial_id: str, agent: SimAgent, now: float) -> None:
+        job = self.jobs.get(trial_id)
+        if job is None:
+            return
+        if job.run_start is None:
+            job.run_start = now
+            job.first_start = now if job.first_start is None else job.first_start
+            job.run_token += 1
+            finish = now + (job.job.duration_s - job.done_s)
+            heapq.heappush(self.completions, (finish, next(self._seq), trial_id, job.run_token))
+        job.agents = (*job.agents, agent.cloud_id)
+
+    def _stop_run(self, job: JobRun, now: float, checkpoint: bool) -> None:
+        for cloud_id in job.agents:
+            other = self.agents.get(cloud_id)
+            if other is not None:
+                other.running.discard(job.trial_id)
+        job.end_run(now, checkpoint)
+
+    def next_completion(self) -> float | None:
+        while self.completions:
+            _, _, trial_id, token = self.completions[0]
+            if self.jobs[trial_id].run_token == token:
+                return self.completions[0][0]
+            heapq.heappop(self.completions)  # a run that ended early
+        return None
+
+    def complete_due(self, now: float) -> int:
+        """Report every run that finished by ``now`` (rank 0 reports the exit)."""
+        done = 0
+        while self.completions and self.completions[0][0] <= now:
+            _, _, trial_id, token = heapq.heappop(self.completions)
+            job = self.jobs[trial_id]
+            if job.run_token != token or not job.agents:
+                continue
+            rank0 = self.agents[job.agents[0]]
+            ran = now - (job.run_start or now)
+            for cloud_id in job.agents:
+                self.agents[cloud_id].running.discard(trial_id)
+            job.used_gpu_s += job.job.gpus * ran
+            job.done_s = job.job.duration_s
+            job.completed_at = now
+            job.run_start = None
+            job.run_token += 1
+            job.agents = ()
+            assert rank0.agent_id is not None
+            status = TrialStatus(trial_id=trial_id, state=AgentTrialState.EXITED, exit_code=0)
+            agent_service.report_trial_status(self.ctx, rank0.agent_id, rank0.cloud_id, status)
+            done += 1
+        return done
