@@ -41,14 +41,17 @@ THROTTLE_DELAY_S = (1.0, 10.0)
 BREAKER_COOLDOWN_S = 60 * 60.0
 
 
-def can_retry(attempt: int, pool: PoolPolicy) -> bool:
-    """Whether a record whose attempt number ``attempt`` failed may get another attempt.
+def can_retry(failures: int, pool: PoolPolicy) -> bool:
+    """Whether a record whose launch just failed for the ``failures``-th time before
+    (0 = its first failure) may try again.
 
-    ``Instance.attempt`` is 0 for the first attempt and grows by one per new token.
+    ``failures`` is ``Instance.launch_failures``: only failures that are the record's fault
+    or unexplained count; capacity refusals move to another offering without using it up
+    (``Instance.attempt``, the token counter, grows with every new token regardless).
     ``launch_error_retries`` is, as in Determined, the number of retries *after* the first
-    attempt: with 3, attempts 0..3 are made (4 in all), then the record fails.
+    failure: with 3, four failing attempts are made, then the record fails.
     """
-    return attempt < pool.launch_error_retries
+    return failures < pool.launch_error_retries
 
 
 class LaunchVerdict(StrEnum):
@@ -95,13 +98,14 @@ def on_launch_error(
     rng: random.Random,
     *,
     offering: Offering,
-    attempt: int = 0,
+    failures: int = 0,
     where: str | None = None,
 ) -> tuple[PoolState, LaunchErrorAction]:
     """Decide what a launch error means for the pool and for the record that failed.
 
-    ``offering`` is what the failed launch asked for, ``attempt`` the record's attempt number
-    and ``where`` a region name for messages (the offering's location when not given).
+    ``offering`` is what the failed launch asked for, ``failures`` the record's counted
+    launch failures so far (``Instance.launch_failures``) and ``where`` a region name for
+    messages (the offering's location when not given).
     """
     place = where or offering.location
     if error_class.marks_offering_unavailable:
@@ -124,10 +128,10 @@ def on_launch_error(
     if error_class.retries_same_attempt:
         return state, LaunchErrorAction(LaunchVerdict.RETRY_SAME_ATTEMPT, delay, code)
     # UNKNOWN: the record's own retry budget.
-    if can_retry(attempt, pool):
+    if can_retry(failures, pool):
         retry = LaunchErrorAction(LaunchVerdict.RETRY_NEW_ATTEMPT, delay, code, True)
         return state, retry
-    reason = f"{code}: gave up after {attempt + 1} attempt(s)"
+    reason = f"{code}: gave up after {failures + 1} failed attempt(s)"
     return state, LaunchErrorAction(LaunchVerdict.FAIL_RECORD, 0.0, reason, True)
 
 

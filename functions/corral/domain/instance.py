@@ -85,6 +85,8 @@ class Instance:
     version: int = 0
     history: tuple[HistoryEntry, ...] = ()
     attempt: int = 0  # launch attempt; the idempotency token is derived from (id, attempt)
+    # Failed attempts that use up launch_error_retries (capacity refusals do not).
+    launch_failures: int = 0
     cloud_id: str | None = None  # EC2 instance id or GCE instance name
     spot_request_id: str | None = None
     requested_at: float | None = None

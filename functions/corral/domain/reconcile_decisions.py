@@ -107,6 +107,7 @@ class Requeue(RecordDecision):
         return replace(
             RecordDecision.apply(self, now),
             attempt=self.record.attempt + 1,
+            launch_failures=self.record.launch_failures + int(self.counts_as_failure),
             cloud_id=None,
             spot_request_id=None,
             requested_at=None,

@@ -242,9 +242,9 @@ def _spot_rules(p: _Pass, r: Instance, sr: SpotRequest) -> list[Decision] | None
 
 
 def _requeue_or_fail(r: Instance, pool: PoolPolicy, reason: str) -> Decision:
-    if can_retry(r.attempt, pool):
+    if can_retry(r.launch_failures, pool):
         return Requeue(r, f"{reason}; attempt {r.attempt + 2} next")
-    return FailAllocation(r, f"{reason}; gave up after {r.attempt + 1} attempt(s)")
+    return FailAllocation(r, f"{reason}; gave up after {r.launch_failures + 1} failed attempt(s)")
 
 
 def _starting(p: _Pass, r: Instance, pool: PoolPolicy) -> list[Decision]:

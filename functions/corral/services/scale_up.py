@@ -145,7 +145,7 @@ def _on_error(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutco
         pool,
         ctx.rng,
         offering=record.offering,
-        attempt=record.attempt,
+        failures=record.launch_failures,
     )
     verdict = action.verdict
     if verdict is LaunchVerdict.RETRY_SAME_ATTEMPT:
@@ -164,6 +164,7 @@ def _on_error(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutco
         updated = replace(
             record.transition(InstanceState.QUEUED, now, action.reason),
             attempt=record.attempt + 1,
+            launch_failures=record.launch_failures + int(action.counts_against_attempts),
             last_error=str(error),
         )
         outcome = (

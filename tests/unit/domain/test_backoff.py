@@ -42,7 +42,11 @@ class Ceiling(random.Random):
 
 
 def fail(
-    state: PoolState, cls: E, code: str = "Code", attempt: int = 0, rng: random.Random | None = None
+    state: PoolState,
+    cls: E,
+    code: str = "Code",
+    failures: int = 0,
+    rng: random.Random | None = None,
 ) -> tuple[PoolState, LaunchErrorAction]:
     return on_launch_error(
         state,
@@ -52,7 +56,7 @@ def fail(
         POOL,
         rng or Ceiling(),
         offering=OFFER,
-        attempt=attempt,
+        failures=failures,
         where="us-east-1",
     )
 
@@ -122,14 +126,14 @@ def test_throttling_retries_the_same_attempt_soon_without_pool_backoff() -> None
 
 
 def test_unknown_error_counts_against_the_records_attempts() -> None:
-    _, retry = fail(make_pool_state(), E.UNKNOWN, "InternalError", attempt=1)
+    _, retry = fail(make_pool_state(), E.UNKNOWN, "InternalError", failures=1)
     assert retry.verdict is LaunchVerdict.RETRY_NEW_ATTEMPT
     assert retry.counts_against_attempts
-    _, give_up = fail(make_pool_state(), E.UNKNOWN, "InternalError", attempt=2)
+    _, give_up = fail(make_pool_state(), E.UNKNOWN, "InternalError", failures=2)
     assert give_up.verdict is LaunchVerdict.FAIL_RECORD
 
 
-def test_attempts_are_the_first_plus_launch_error_retries() -> None:
+def test_failures_allowed_are_the_first_plus_launch_error_retries() -> None:
     assert [can_retry(a, POOL) for a in range(4)] == [True, True, False, False]
     assert not can_retry(0, make_pool(launch_error_retries=0))
 

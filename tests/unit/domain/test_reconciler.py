@@ -184,11 +184,24 @@ def test_requested_with_nothing_listed_past_the_request_timeout_is_requeued() ->
 
 
 def test_requested_timeout_fails_the_record_once_its_retries_are_used() -> None:
-    # launch_error_retries=2: attempts 0, 1 and 2 are made, then the record fails.
-    last = make_instance(IS.REQUESTED, entered_at=NOW - S.request_timeout_s - 1, attempt=2)
+    # launch_error_retries=2: three failing attempts are made, then the record fails.
+    last = make_instance(
+        IS.REQUESTED, entered_at=NOW - S.request_timeout_s - 1, attempt=5, launch_failures=2
+    )
     decision = only(run([last]))
     assert isinstance(decision, FailAllocation)
     assert decision.apply(NOW).state is IS.ALLOCATION_FAILED
+
+
+def test_capacity_requeues_do_not_use_up_the_retries() -> None:
+    # Many tokens used (attempt 5) but no counted failure: the timeout requeues again.
+    record = make_instance(
+        IS.REQUESTED, entered_at=NOW - S.request_timeout_s - 1, attempt=5, launch_failures=0
+    )
+    decision = only(run([record]))
+    assert isinstance(decision, Requeue)
+    moved = decision.apply(NOW)
+    assert (moved.attempt, moved.launch_failures) == (6, 1)
 
 
 # ---- rule 6 --------------------------------------------------------------------------------
