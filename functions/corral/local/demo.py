@@ -85,10 +85,7 @@ def wait_for_min_instances(client: ApiClient, timeout_s: float) -> list[dict[str
         time.sleep(2.0)
 
 
-def summary(
-    client: ApiClient, stack: DevStack, detail: dict[str, Any], interrupter: Interrupter
-) -> list[str]:
-    assert stack.emulator is not None
+def summary(client: ApiClient, detail: dict[str, Any], interrupter: Interrupter) -> list[str]:
     trials = detail.get("trials") or []
     everything = client.get("/agents", {"all": True}).get("instances") or []
     resumed = []
@@ -101,8 +98,9 @@ def summary(
     return [
         f"experiment {detail['id']}: {detail.get('state')}, "
         f"{render.by_state(detail.get('trials_by_state'))} of {len(trials)} trial(s)",
-        f"instances launched: {len(stack.emulator.launched)}, "
-        f"terminated: {len(stack.emulator.terminated)}",
+        # From the records (the emulator notices terminations only on its next poll).
+        f"instances launched: {sum(1 for i in everything if i.get('cloud_id'))}, "
+        f"terminated: {sum(1 for i in everything if i.get('state') == 'TERMINATED')}",
         f"interruptions: {1 if interrupter.interrupted else 0} injected "
         f"({interrupter.interrupted or '-'}), {survived} trial(s) survived one, "
         f"resumed from a checkpoint: {', '.join(resumed) or '-'}",
@@ -139,7 +137,7 @@ def run(config: Path, experiment: Path, state: StateDir, timeout_s: float) -> in
         render.console.print("all trials completed; waiting for idle instances to be reaped")
         wait_for_min_instances(client, timeout_s - (time.monotonic() - started))
         render.console.print("[bold]Summary[/bold]")
-        for line in summary(client, stack, detail, interrupter):
+        for line in summary(client, detail, interrupter):
             render.console.print(f"  {line}")
         render.console.print(f"demo finished in {time.monotonic() - started:.0f} s")
         return 0
