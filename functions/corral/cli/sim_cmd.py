@@ -29,6 +29,14 @@ app = typer.Typer(help="Replay a workload trace on a simulated cloud.")
 class Format(StrEnum):
     CANONICAL = "canonical"
     ALIBABA_OPENB = "alibaba-openb"
+    # Generated, not read: no --trace (corral.sim.synthetic).
+    SYNTHETIC_PHILLY = "synthetic-philly"
+    SYNTHETIC_HELIOS = "synthetic-helios"
+
+
+class ArrivalsName(StrEnum):
+    STEADY = "steady"
+    BURSTY = "bursty"
 
 
 class PolicyName(StrEnum):
@@ -44,11 +52,19 @@ def _fail(lines: list[str]) -> typer.Exit:
 
 @app.callback(invoke_without_command=True)
 def sim(
-    trace: Annotated[Path, typer.Option("--trace", help="The trace CSV to replay.")],
     config: Annotated[
         Path, typer.Option("--config", help="Cluster config (its simulation: block is the cloud).")
     ],
+    trace: Annotated[
+        Path | None, typer.Option("--trace", help="The trace CSV to replay (file formats).")
+    ] = None,
     fmt: Annotated[Format, typer.Option("--format", help="Trace format.")] = Format.CANONICAL,
+    jobs_wanted: Annotated[
+        int, typer.Option("--jobs", min=1, help="Jobs to generate (synthetic formats).")
+    ] = 1500,
+    arrivals: Annotated[
+        ArrivalsName, typer.Option("--arrivals", help="Arrival pattern (synthetic formats).")
+    ] = ArrivalsName.STEADY,
     policy: Annotated[
         PolicyName, typer.Option("--policy", help="Corral's policy or the Determined model.")
     ] = PolicyName.CORRAL,
@@ -68,10 +84,25 @@ def sim(
         simulation_config(cluster.simulation)
     except ConfigError as exc:
         raise _fail([f"{p.path or config}: {p.reason}" for p in exc.problems]) from None
-    try:
-        jobs = read_trace(trace, TraceFormat(fmt.value))
-    except TraceError as exc:
-        raise _fail(exc.problems) from None
+    if fmt.value.startswith("synthetic-"):
+        from corral.sim.synthetic import generate
+
+        if trace is not None:
+            raise _fail([f"--trace: not used with --format {fmt.value} (the jobs are generated)"])
+        sim_seed = seed if seed is not None else simulation_config(cluster.simulation).seed
+        jobs = generate(
+            fmt.value.removeprefix("synthetic-"),
+            seed=sim_seed,
+            jobs=jobs_wanted,
+            arrivals=arrivals.value,
+        )
+    elif trace is None:
+        raise _fail([f"--trace: required with --format {fmt.value}"])
+    else:
+        try:
+            jobs = read_trace(trace, TraceFormat(fmt.value))
+        except TraceError as exc:
+            raise _fail(exc.problems) from None
     try:
         metrics, replay = simulate(cluster, jobs, policy.value, seed)
         if plot_file is not None:
