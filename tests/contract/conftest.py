@@ -37,6 +37,8 @@ from corral.domain.offerings import CapacityType, Offering
 from corral.ports.cloud import CloudProvider, CloudState
 from corral.ports.store import Store
 from tests.contract.dynamo_harness import dynamodb_store
+from tests.contract.firestore_harness import firestore_store, prestart, stop_emulator
+from tests.contract.gce_harness import gce_on_fake_server
 
 # ---- stores -------------------------------------------------------------------------------
 
@@ -51,8 +53,18 @@ def memory_store() -> Iterator[Store]:
 STORE_FACTORIES: dict[str, StoreFactory] = {
     "memory": memory_store,
     "dynamodb": dynamodb_store,  # mock_aws + the tables of dynamo_schema (tests/contract)
-    # "firestore": firestore_store,  # Google's emulator; skips when gcloud is absent
+    "firestore": firestore_store,  # Google's emulator; skips when gcloud is absent
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _firestore_emulator(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Boot the emulator early when firestore cases are selected (never for a run that
+    needs none), so the JVM starts while other contract tests run; stop it at the end."""
+    if any("[firestore" in item.nodeid for item in request.session.items):
+        prestart()
+    yield
+    stop_emulator()
 
 
 @pytest.fixture(params=sorted(STORE_FACTORIES))
@@ -186,6 +198,7 @@ def ec2_under_moto() -> Iterator[CloudHarness]:
 CLOUD_FACTORIES: dict[str, CloudFactory] = {
     "simulated": simulated_cloud,
     "ec2": ec2_under_moto,
+    "gce": gce_on_fake_server,  # google-cloud-compute against tests/fakes/gce_server.py
 }
 
 

@@ -1,0 +1,203 @@
+"""Records <-> Firestore document data (plain Python values the client library encodes).
+
+Driven by each dataclass's type hints, like the DynamoDB codec, so a field added to a record
+is stored without touching this module and every value comes back with its declared type:
+
+- ``int`` is an integerValue (64-bit: a larger one is refused here, not truncated by the
+  server); ``float`` a doubleValue (Firestore keeps inf, nan and -0.0), always written as a
+  float so ``5.0`` never comes back as ``5``.
+- Free-form JSON (``dict[str, Any]``: hyperparameters, experiment config, event data) is one
+  JSON string: Firestore map keys must be non-empty and maps nest at most 20 levels deep,
+  and nothing ever queries inside them.
+- Tuples are arrays. Firestore refuses an array directly inside an array, so an element
+  that is itself an array (``allocations``: ``(trial, (gpu, ...))``) is wrapped in a map
+  ``{"items": [...]}``; the declared type says when to unwrap.
+- Typed mappings (``CapacityMemory``) are arrays of ``{"k": key, "v": value}`` maps (map
+  keys would refuse the empty string and dots need escaping in field paths), decoded
+  read-only. Nested dataclasses are maps; enums their value.
+- ``None`` is stored as null; a missing field decodes as its default, so old documents load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import struct
+import types
+import typing
+from collections.abc import Mapping
+from enum import Enum
+from functools import cache
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+
+Data = dict[str, Any]
+D = TypeVar("D")
+_WRAP = "items"  # the map key that carries an array nested in an array
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+@cache
+def _cached_hints(cls: Any) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return _cached_hints(cls)
+
+
+def _optional_inner(tp: Any) -> Any | None:
+    """``X`` for ``X | None``, else None."""
+    if get_origin(tp) in (types.UnionType, typing.Union):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"unsupported union {tp!r}: only X | None is stored")
+        return inner[0]
+    return None
+
+
+def _is_json(tp: Any) -> bool:
+    return tp is Any or (get_origin(tp) is dict and get_args(tp)[1:] == (Any,))
+
+
+def _element(value: Any) -> Any:
+    """An array element: arrays inside arrays are wrapped in a map."""
+    return {_WRAP: value} if isinstance(value, list) else value
+
+
+def _unwrap(value: Any) -> Any:
+    return value[_WRAP] if isinstance(value, dict) and set(value) == {_WRAP} else value
+
+
+# ---- encoding --------------------------------------------------------------------------------
+
+
+def encode_value(value: Any, tp: Any) -> Any:
+    if value is None:
+        return None
+    inner = _optional_inner(tp)
+    if inner is not None:
+        return encode_value(value, inner)
+    if _is_json(tp):
+        return json.dumps(value, separators=(",", ":"))
+    if tp is bool:
+        return bool(value)
+    if tp is int:
+        number = int(value)
+        if not _INT64[0] <= number <= _INT64[1]:
+            raise ValueError(f"{number} does not fit Firestore's 64-bit integers")
+        return number
+    if tp is float:
+        return float(value)
+    if tp is str:
+        return str(value)
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return str(tp(value).value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return encode_fields(value)
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return [_element(encode_value(v, args[0])) for v in value]
+        return [_element(encode_value(v, t)) for v, t in zip(value, args, strict=True)]
+    if origin in (Mapping, dict, types.MappingProxyType):
+        key_tp, value_tp = args
+        return [
+            {"k": encode_value(k, key_tp), "v": _element(encode_value(v, value_tp))}
+            for k, v in value.items()
+        ]
+    raise TypeError(f"no Firestore encoding for {tp!r}")
+
+
+def encode_fields(record: Any) -> Data:
+    """Every field of a dataclass instance, ``None`` included (as null)."""
+    hints = _hints(type(record))
+    return {
+        f.name: encode_value(getattr(record, f.name), hints[f.name])
+        for f in dataclasses.fields(record)
+    }
+
+
+# ---- decoding --------------------------------------------------------------------------------
+
+
+def decode_value(value: Any, tp: Any) -> Any:
+    if value is None:
+        return None
+    inner = _optional_inner(tp)
+    if inner is not None:
+        return decode_value(value, inner)
+    if _is_json(tp):
+        return json.loads(value)
+    if tp is bool:
+        return bool(value)
+    if tp is int:
+        return int(value)
+    if tp is float:
+        return float(value)
+    if tp is str:
+        return str(value)
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return tp(value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return decode_fields(tp, value)
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is tuple:
+        items = [_unwrap(v) for v in value]
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(decode_value(v, args[0]) for v in items)
+        return tuple(decode_value(v, t) for v, t in zip(items, args, strict=True))
+    if origin in (Mapping, dict, types.MappingProxyType):
+        key_tp, value_tp = args
+        pairs = {
+            decode_value(p["k"], key_tp): decode_value(_unwrap(p["v"]), value_tp) for p in value
+        }
+        # Read-only: a record read from the store can never be changed behind its back.
+        return pairs if origin is dict else types.MappingProxyType(pairs)
+    raise TypeError(f"no Firestore decoding for {tp!r}")
+
+
+def decode_fields(cls: type[D], data: Mapping[str, Any]) -> D:
+    """Build ``cls`` from document data; fields that are not the dataclass's are ignored."""
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in data:
+            kwargs[f.name] = decode_value(data[f.name], hints[f.name])
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs[f.name] = None
+    return cls(**kwargs)
+
+
+# ---- keys ------------------------------------------------------------------------------------
+
+
+def sortable_float(x: float) -> str:
+    """16 hex digits whose string order is the numeric order of ``x`` (exact, any sign)."""
+    (bits,) = struct.unpack(">Q", struct.pack(">d", float(x) + 0.0))  # + 0.0: -0.0 -> 0.0
+    bits = bits ^ 0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else bits | (1 << 63)
+    return f"{bits:016x}"
+
+
+def document_id(key: str) -> str:
+    """A Firestore document id for a record key.
+
+    Ids may not contain '/', be '.' or '..', match ``__.*__``, or pass 1500 bytes; such a
+    key (never produced by Corral itself, but pool names and ids come from outside) is
+    hex-encoded behind a prefix no plain key of that shape can have. The record's own key
+    is also stored as a field, so nothing is ever decoded from the document id.
+    """
+    plain = (
+        key
+        and "/" not in key
+        and key not in (".", "..")
+        and not (key.startswith("__") and key.endswith("__"))
+        and not key.startswith("~")
+        and len(key.encode()) <= 1500
+    )
+    if plain:
+        return key
+    encoded = key.encode().hex()
+    if len(encoded) <= 1400:
+        return "~x" + encoded
+    return "~h" + hashlib.sha256(key.encode()).hexdigest()
