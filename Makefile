@@ -35,6 +35,9 @@ test: lint types unit template-check
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cold_start.py
 	$(BIN)/python benchmarks/sim_policies.py
+	$(BIN)/python benchmarks/scale_moto.py
+	$(BIN)/python benchmarks/submit_latency.py
+	$(BIN)/python benchmarks/sim_workloads.py
 
 run: $(STAMP)
 	$(BIN)/corral dev up --config examples/cluster.yaml

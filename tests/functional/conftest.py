@@ -7,6 +7,10 @@ standard), a subnet and an AMI in moto's EC2, and a Context built by the real co
 the handlers run exactly as in Lambda, minus the container. ``deliver`` plays the event
 source mapping: it takes what is on a queue and hands it to the handler as one SQS batch
 (the tests check ``batchItemFailures`` themselves).
+
+The Context gets boto3 clients of its own (``Corral.aws``), apart from the ones the tests
+inspect moto with, so a test can hook exactly the calls the handlers make
+(``fail_run_instances``, ``calls``) without its own calls tripping the hooks.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,6 +146,22 @@ def spot_warning(instance_id: str) -> dict[str, Any]:
     }
 
 
+class _Refused:
+    """Enough of an HTTP response for botocore to raise the error a hook returns."""
+
+    status_code = 400
+    headers: dict[str, str] = {}
+    content = b""
+    text = ""
+
+
+def run_instances_offering(body: dict[str, Any]) -> tuple[str, str, str]:
+    """(instance type, subnet, "spot" or "on-demand") of a RunInstances query body."""
+    market = body.get("InstanceMarketOptions.MarketType")
+    subnet = body.get("NetworkInterface.1.SubnetId") or body.get("SubnetId") or ""
+    return str(body.get("InstanceType")), str(subnet), "spot" if market == "spot" else "on-demand"
+
+
 @dataclass
 class Corral:
     ctx: Context
@@ -150,6 +171,50 @@ class Corral:
     image: str
     subnet: str
     queue_urls: dict[QueueName, str]
+    # The Context's own clients (dynamodb, ec2, sqs) and the environment it was built from.
+    aws: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    # Every AWS operation the Context's clients made, by "service.Operation".
+    calls: Counter[str] = field(default_factory=Counter)
+    # (type, subnet, capacity) of each RunInstances call, in order, refused or not.
+    launches: list[tuple[str, str, str]] = field(default_factory=list)
+
+    # ---- the deployment ------------------------------------------------------------------
+    def subnets(self) -> list[str]:
+        """moto's default subnets, one per zone, the fixture's own first."""
+        found = self.ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])[
+            "Subnets"
+        ]
+        ids = [str(s["SubnetId"]) for s in sorted(found, key=lambda s: s["AvailabilityZone"])]
+        return [self.subnet, *[i for i in ids if i != self.subnet]]
+
+    def reconfigure(self, cluster_yaml: str) -> Context:
+        """Rebuild the Context (same tables, queues, clients, clock) for another cluster
+        config; the handlers use it from now on."""
+        self.env[composition.CONFIG_ENV] = cluster_yaml
+        self.ctx = composition.context_from_env(self.env, clock=self.clock, clients=self.aws)
+        return self.ctx
+
+    def fail_run_instances(
+        self, code: str, when: Callable[[tuple[str, str, str]], bool] = lambda _: True
+    ) -> None:
+        """From now on, the Context's RunInstances calls for which ``when(offering)`` holds
+        fail with ``code``, as EC2 answers them (botocore raises the ClientError)."""
+
+        def refuse(params: dict[str, Any], **_: Any) -> Any:
+            if not when(run_instances_offering(params.get("body") or {})):
+                return None
+            error = {"Code": code, "Message": f"{code} (injected by the test)"}
+            return _Refused(), {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
+
+        self.aws["ec2"].meta.events.register(
+            "before-call.ec2.RunInstances", refuse, unique_id=f"refuse-{code}"
+        )
+
+    def stop_failing_run_instances(self, code: str) -> None:
+        self.aws["ec2"].meta.events.unregister(
+            "before-call.ec2.RunInstances", unique_id=f"refuse-{code}"
+        )
 
     # ---- queues ------------------------------------------------------------------------
     def arn(self, queue: QueueName) -> str:
@@ -261,13 +326,40 @@ def corral(monkeypatch: pytest.MonkeyPatch) -> Iterator[Corral]:
             composition.TAG_VALUE_ENV: TAG_VALUE,
             "CORRAL_SCHEDULE_QUEUE_URL": urls[QueueName.SCHEDULE],
             "CORRAL_SCALE_UP_QUEUE_URL": urls[QueueName.SCALE_UP],
+            "CORRAL_API_URL": "https://api.corral.test",  # as the template sets it
         }
         # Real time as the start: moto stamps LaunchTime with the wall clock, and the
         # reconciler compares it with the Context's clock.
         clock = FakeClock(start=time.time())
-        ctx = composition.context_from_env(env, clock=clock)
-        monkeypatch.setattr(composition, "build_context", lambda: ctx)
-        yield Corral(ctx, clock, ec2, sqs, image, subnet, urls)
+        aws = {name: boto3.client(name, region_name=REGION) for name in ("dynamodb", "ec2", "sqs")}
+        ctx = composition.context_from_env(env, clock=clock, clients=aws)
+        corral = Corral(ctx, clock, ec2, sqs, image, subnet, urls, aws=aws, env=env)
+        _count_calls(corral)
+        # Through the Corral, so that reconfigure() reaches the handlers too.
+        monkeypatch.setattr(composition, "build_context", lambda: corral.ctx)
+        yield corral
+
+
+def _count_calls(corral: Corral) -> None:
+    """Count every call of the Context's clients. ``before-parameter-build`` comes before
+    ``before-call``, so refused calls are counted too."""
+
+    def count(model: Any, params: dict[str, Any], **_: Any) -> None:
+        service = model.service_model.endpoint_prefix
+        corral.calls[f"{service}.{model.name}"] += 1
+        if model.name == "RunInstances":
+            nics = params.get("NetworkInterfaces") or [{}]
+            market = (params.get("InstanceMarketOptions") or {}).get("MarketType")
+            corral.launches.append(
+                (
+                    str(params.get("InstanceType")),
+                    str(nics[0].get("SubnetId") or params.get("SubnetId") or ""),
+                    "spot" if market == "spot" else "on-demand",
+                )
+            )
+
+    for client in corral.aws.values():
+        client.meta.events.register("before-parameter-build", count, unique_id="count-calls")
 
 
 def body(event: dict[str, Any]) -> str:

@@ -133,35 +133,45 @@ def _apply_plan(
     ctx: Context, plan: PoolPlan, state: PoolState, pool_live: list[Instance], report: PassReport
 ) -> None:
     now = ctx.clock.now()
-    created = [
+    planned = [
         replace(
             new_instance(ctx.ids.new("inst"), plan.pool, launch.offering, now, launch.reason),
             planned_for=launch.planned_for,
         )
         for launch in plan.launches
     ]
-    if created:
+    # The pool state rides along unchanged in every commit: its version serialises racing
+    # planners. A plan larger than one commit (100 items in DynamoDB) goes in several, each
+    # carrying the state as the last one left it; a lost race stops at the chunk it lost,
+    # and the next pass plans what is still missing.
+    created: list[Instance] = []
+    per_commit = max(1, ctx.settings.max_commit - 1)
+    for start in range(0, len(planned), per_commit):
+        chunk = planned[start : start + per_commit]
         try:
-            # The pool state rides along unchanged: its version serialises racing planners.
-            ctx.store.commit([*created, state])
+            stored = ctx.store.commit([*chunk, state])
         except ConflictError:
             report.conflicts += 1
-            created = []
-        else:
-            ctx.store.append_events(
-                [
-                    Event(
-                        now,
-                        EventKind.LAUNCH_PLANNED,
-                        f"{i.offering.instance_type} ({i.offering.capacity_type.value}): "
-                        f"{launch.reason}",
-                        pool=plan.pool,
-                        instance_id=i.id,
-                    )
-                    for i, launch in zip(created, plan.launches, strict=True)
-                ]
-            )
-            report.launched.extend(i.id for i in created)
+            break
+        fresh = stored[-1]
+        assert isinstance(fresh, PoolState)
+        state = fresh
+        created.extend(chunk)
+    if created:
+        ctx.store.append_events(
+            [
+                Event(
+                    now,
+                    EventKind.LAUNCH_PLANNED,
+                    f"{i.offering.instance_type} ({i.offering.capacity_type.value}): "
+                    f"{launch.reason}",
+                    pool=plan.pool,
+                    instance_id=i.id,
+                )
+                for i, launch in zip(created, plan.launches, strict=False)
+            ]
+        )
+        report.launched.extend(i.id for i in created)
 
     surplus = set(plan.surplus)
     for inst in pool_live:
@@ -206,10 +216,22 @@ def _cancel(ctx: Context, inst: Instance) -> bool:
 
 
 def _update_pending_reasons(ctx: Context, trials: list[Trial], plan: PoolPlan) -> None:
-    for trial in trials:
-        reason = plan.pending_reasons.get(trial.id)
-        if reason is None or reason == trial.pending_reason:
-            continue
-        # A lost race means the trial moved on; its new state says more than a reason.
-        with contextlib.suppress(ConflictError):
-            ctx.store.commit([replace(trial, pending_reason=reason)])
+    changed = [
+        replace(trial, pending_reason=reason)
+        for trial in trials
+        if (reason := plan.pending_reasons.get(trial.id)) is not None
+        and reason != trial.pending_reason
+    ]
+    # A burst of submits changes thousands of reasons at once: one commit per 100 trials
+    # (one DynamoDB transaction) instead of one write per trial. A lost race means some
+    # trial moved on, and its new state says more than a reason: the chunk is then written
+    # trial by trial, skipping the ones that moved.
+    size = max(1, ctx.settings.max_commit)
+    for start in range(0, len(changed), size):
+        chunk = changed[start : start + size]
+        try:
+            ctx.store.commit(chunk)
+        except ConflictError:
+            for trial in chunk:
+                with contextlib.suppress(ConflictError):
+                    ctx.store.commit([trial])
