@@ -152,6 +152,9 @@ else
 fi
 run "${g[@]}" run services update corral-api --region="$REGION" \
     --update-env-vars="CORRAL_API_AUDIENCE=$URL,CORRAL_AGENT_SERVICE_ACCOUNTS=$AGENT_SA"
+# Agents of pools without a master_url reach the API at its own URL.
+run "${g[@]}" run services update corral-scale-up --region="$REGION" \
+    --update-env-vars="CORRAL_API_URL=$URL"
 for user in ${USERS//,/ }; do
     run "${g[@]}" run services add-iam-policy-binding corral-api --region="$REGION" \
         --member="user:$user" --role=roles/run.invoker

@@ -166,7 +166,9 @@ def ec2_under_moto() -> Iterator[CloudHarness]:
                 "tag_value": EC2_OWNERSHIP[1],
             }
         )
-        provider = Ec2Provider(dict.fromkeys(EC2_POOLS, block), client=ec2)
+        provider = Ec2Provider(
+            dict.fromkeys(EC2_POOLS, block), client=ec2, api_url="https://api.example.com"
+        )
 
         def add_foreign(tags: Mapping[str, str]) -> str:
             extra: dict[str, Any] = {}

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Protocol
 
 EC2_USER_DATA_LIMIT = 16_384  # bytes, before base64; GCE allows 256 KB per metadata value
 
@@ -65,6 +66,59 @@ class BootstrapSettings:
         config.update(self.agent_settings)
         # Unset keys are left out so the agent's own defaults apply.
         return {k: v for k, v in config.items() if v is not None}
+
+
+class AgentSource(Protocol):
+    """The provider-block fields every cloud's agent bootstrap takes (CommonProvider)."""
+
+    @property
+    def master_url(self) -> str | None: ...
+    @property
+    def startup_script(self) -> str | None: ...
+    @property
+    def container_startup_script(self) -> str | None: ...
+    @property
+    def agent_docker_network(self) -> str | None: ...
+    @property
+    def agent_docker_runtime(self) -> str | None: ...
+    @property
+    def agent_reconnect_attempts(self) -> int: ...
+    @property
+    def agent_reconnect_backoff(self) -> float: ...
+
+
+def settings_for(
+    provider: AgentSource,
+    *,
+    pool: str,
+    record_id: str,
+    expected_gpus: int,
+    auth: str,
+    default_api_url: str | None,
+    **cloud_specific: object,
+) -> BootstrapSettings:
+    """The bootstrap of one launch from the pool's provider block: the pool's ``master_url``
+    if it names one, else the deployment's own API URL."""
+    api_url = provider.master_url or default_api_url
+    if not api_url:
+        raise ValueError(
+            "no API URL for the agent: set master_url on the pool, or deploy with the "
+            "API URL known to the scale-up function (CORRAL_API_URL)"
+        )
+    return BootstrapSettings(
+        api_url=api_url,
+        auth=auth,
+        pool=pool,
+        record_id=record_id,
+        startup_script=provider.startup_script,
+        container_startup_script=provider.container_startup_script,
+        expected_gpus=expected_gpus,
+        agent_docker_network=provider.agent_docker_network,
+        agent_docker_runtime=provider.agent_docker_runtime,
+        agent_reconnect_attempts=provider.agent_reconnect_attempts,
+        agent_reconnect_backoff=provider.agent_reconnect_backoff,
+        **cloud_specific,  # type: ignore[arg-type]
+    )
 
 
 def render_bootstrap(settings: BootstrapSettings, max_bytes: int = EC2_USER_DATA_LIMIT) -> str:

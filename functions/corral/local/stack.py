@@ -167,6 +167,9 @@ class DevStack:
             route_key=self.resources.http_route,
         )
         self.api_url = self.http.url
+        # Written into each launch's user data (the emulator starts agents with their own
+        # config, but the bootstrap rendered by scale_up should name the real endpoint).
+        os.environ["CORRAL_API_URL"] = self.api_url
         self.http.start()
         sqs = session.client("sqs")
         for source in self.resources.queues:

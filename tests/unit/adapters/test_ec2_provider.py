@@ -32,6 +32,7 @@ from corral.domain.offerings import CapacityType, Offering
 from corral.ports.cloud import CloudState, LaunchRequest, SpotRequestState
 
 KEY, VALUE = "managed-by", "corral-test"
+API_URL = "https://api.corral.example.com"
 PROFILE = "arn:aws:iam::123456789012:instance-profile/corral-agent"
 ENV = {
     "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
@@ -86,7 +87,9 @@ class Env:
         self.cpu = AwsProvider.model_validate(
             common | {"instance_type": ["m5.large"], "instance_slots": 0}
         )
-        self.provider = Ec2Provider({"gpu": self.gpu, "cpu": self.cpu}, client=self.ec2)
+        self.provider = Ec2Provider(
+            {"gpu": self.gpu, "cpu": self.cpu}, client=self.ec2, api_url=API_URL
+        )
         self.sent: list[tuple[str, dict[str, Any]]] = []
         self.ec2.meta.events.register("provide-client-params.ec2.*", self._capture)
 
@@ -454,3 +457,21 @@ def test_importing_the_provider_does_not_import_boto3() -> None:
     code = "import sys, corral.adapters.aws.ec2_provider; print('boto3' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+CPU_OFFERING = Offering("m5.large", "us-east-1", CapacityType.ON_DEMAND, 0, 0.1)
+
+
+def test_agents_reach_the_deployments_api_unless_the_pool_names_one(env: Env) -> None:
+    """The cpu pool has no master_url: its agents get the deployment's API URL."""
+    import json
+
+    from corral.domain.errors import LaunchError
+
+    env.provider.launch(LaunchRequest("r-cpu", "cpu", CPU_OFFERING, "t-cpu"))
+    (params,) = env.calls("RunInstances")
+    assert json.dumps(API_URL) in params["UserData"]  # boto3 base64-encodes it after this
+    bare = Ec2Provider({"cpu": env.cpu}, client=env.ec2)
+    with pytest.raises(LaunchError) as refused:
+        bare.launch(LaunchRequest("r2", "cpu", CPU_OFFERING, "t2"))
+    assert refused.value.code == "NoApiUrl"

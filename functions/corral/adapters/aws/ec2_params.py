@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from corral.bootstrap.render import BootstrapSettings, render_bootstrap
+from corral.bootstrap.render import BootstrapSettings, render_bootstrap, settings_for
 from corral.domain.config.aws import AwsProvider
 from corral.domain.errors import LaunchError, LaunchErrorClass
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
@@ -141,28 +141,31 @@ def run_instances_params(
     return params
 
 
-def bootstrap_settings(provider: AwsProvider, request: LaunchRequest) -> BootstrapSettings:
+def bootstrap_settings(
+    provider: AwsProvider, request: LaunchRequest, default_api_url: str | None = None
+) -> BootstrapSettings:
     """What the agent on this instance needs, from the pool's block and the launch."""
-    return BootstrapSettings(
-        api_url=provider.master_url or "",
-        auth="aws",
+    return settings_for(
+        provider,
         pool=request.pool,
         record_id=request.record_id,
-        startup_script=provider.startup_script,
-        container_startup_script=provider.container_startup_script,
         expected_gpus=request.offering.slots,
-        agent_docker_network=provider.agent_docker_network,
-        agent_docker_runtime=provider.agent_docker_runtime,
-        agent_reconnect_attempts=provider.agent_reconnect_attempts,
-        agent_reconnect_backoff=provider.agent_reconnect_backoff,
+        auth="aws",
+        default_api_url=default_api_url,
         aws_region=provider.region,
     )
 
 
-def render_user_data(provider: AwsProvider, request: LaunchRequest) -> str:
-    """The bootstrap script of one launch; too large a script fails the record."""
+def render_user_data(
+    provider: AwsProvider, request: LaunchRequest, default_api_url: str | None = None
+) -> str:
+    """The bootstrap script of one launch; a script that cannot be made fails the record."""
     try:
-        return render_bootstrap(bootstrap_settings(provider, request), USER_DATA_LIMIT)
+        settings = bootstrap_settings(provider, request, default_api_url)
+    except ValueError as error:
+        raise LaunchError(LaunchErrorClass.INVALID_CONFIG, "NoApiUrl", str(error)) from error
+    try:
+        return render_bootstrap(settings, USER_DATA_LIMIT)
     except ValueError as error:
         raise LaunchError(
             LaunchErrorClass.INVALID_CONFIG, "UserDataTooLarge", str(error)

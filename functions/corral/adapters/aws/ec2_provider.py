@@ -81,12 +81,15 @@ class Ec2Provider:
         client: Any = None,
         clock: Clock | None = None,
         user_data: UserDataRenderer | None = None,
+        api_url: str | None = None,
     ) -> None:
         if isinstance(config, ClusterConfig):
             pools = {p.name: p.provider for p in config.resource_pools}
         else:
             pools = dict(config)
         self._pools = {name: p for name, p in pools.items() if isinstance(p, AwsProvider)}
+        # Where agents of pools without a master_url reach the control plane (the API).
+        self._api_url = api_url
         # One listing per (region, tag pair) covers every pool sharing it.
         self._scopes = sorted({(p.region, p.tag_key, p.tag_value) for p in self._pools.values()})
         self._client = client
@@ -296,7 +299,7 @@ class Ec2Provider:
         )
 
     def _default_user_data(self, request: LaunchRequest) -> str:
-        return render_user_data(self._pools[request.pool], request)
+        return render_user_data(self._pools[request.pool], request, self._api_url)
 
 
 __all__ = ["EC2_STATES", "Ec2Provider", "UserDataRenderer"]

@@ -34,7 +34,7 @@ import re
 import uuid
 from typing import Any
 
-from corral.bootstrap.render import BootstrapSettings, render_bootstrap
+from corral.bootstrap.render import BootstrapSettings, render_bootstrap, settings_for
 from corral.domain import catalog
 from corral.domain.config.gcp import GcpInstanceType, GcpProvider
 from corral.domain.errors import LaunchError, LaunchErrorClass
@@ -215,26 +215,30 @@ def insert_body(
     return body
 
 
-def bootstrap_settings(provider: GcpProvider, request: LaunchRequest) -> BootstrapSettings:
-    """What the agent on this instance needs, from the pool's block and the launch."""
-    return BootstrapSettings(
-        api_url=provider.master_url or "",
-        auth="gce",  # the agent proves itself with its instance identity token
+def bootstrap_settings(
+    provider: GcpProvider, request: LaunchRequest, default_api_url: str | None = None
+) -> BootstrapSettings:
+    """What the agent on this instance needs, from the pool's block and the launch. The agent
+    proves itself with its instance identity token (auth "gce")."""
+    return settings_for(
+        provider,
         pool=request.pool,
         record_id=request.record_id,
-        startup_script=provider.startup_script,
-        container_startup_script=provider.container_startup_script,
         expected_gpus=request.offering.slots,
-        agent_docker_network=provider.agent_docker_network,
-        agent_docker_runtime=provider.agent_docker_runtime,
-        agent_reconnect_attempts=provider.agent_reconnect_attempts,
-        agent_reconnect_backoff=provider.agent_reconnect_backoff,
+        auth="gce",
+        default_api_url=default_api_url,
     )
 
 
-def render_startup_script(provider: GcpProvider, request: LaunchRequest) -> str:
+def render_startup_script(
+    provider: GcpProvider, request: LaunchRequest, default_api_url: str | None = None
+) -> str:
     try:
-        return render_bootstrap(bootstrap_settings(provider, request), STARTUP_SCRIPT_LIMIT)
+        settings = bootstrap_settings(provider, request, default_api_url)
+    except ValueError as error:
+        raise LaunchError(LaunchErrorClass.INVALID_CONFIG, "NoApiUrl", str(error)) from error
+    try:
+        return render_bootstrap(settings, STARTUP_SCRIPT_LIMIT)
     except ValueError as error:
         raise LaunchError(
             LaunchErrorClass.INVALID_CONFIG, "StartupScriptTooLarge", str(error)

@@ -84,6 +84,7 @@ class GceProvider:
         startup_script: StartupScriptRenderer | None = None,
         max_wait_s: float = 90.0,
         monotonic: Callable[[], float] = time.monotonic,
+        api_url: str | None = None,
     ) -> None:
         if isinstance(config, ClusterConfig):
             pools = {p.name: p.provider for p in config.resource_pools}
@@ -99,7 +100,10 @@ class GceProvider:
         self._client_options = dict(client_options or {})
         self._credentials = credentials
         self._clock: Clock = clock or SystemClock()
-        self._startup_script = startup_script or gce_params.render_startup_script
+        # Agents of pools without a master_url reach the control plane at ``api_url``.
+        self._startup_script = startup_script or (
+            lambda provider, request: gce_params.render_startup_script(provider, request, api_url)
+        )
         self._max_wait_s = max_wait_s
         self._monotonic = monotonic
 

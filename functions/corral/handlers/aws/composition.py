@@ -97,7 +97,9 @@ def context_from_env(
     queue_urls = {name: env[var] for name, var in QUEUE_URL_ENV.items() if env.get(var)}
     return Context(
         store=DynamoStore(clients.get("dynamodb"), prefix=env.get(TABLE_PREFIX_ENV)),
-        cloud=Ec2Provider(config, client=clients.get("ec2"), clock=clock),
+        cloud=Ec2Provider(
+            config, client=clients.get("ec2"), clock=clock, api_url=env.get("CORRAL_API_URL")
+        ),
         queue=SqsQueue(queue_urls, client=clients.get("sqs")),
         clock=clock,
         pools={pool.name: pool for pool in config.resource_pools},

@@ -96,6 +96,7 @@ def context_from_env(
             instances=clients.get("instances"),
             operations=clients.get("operations"),
             clock=clock,
+            api_url=env.get("CORRAL_API_URL"),
         ),
         queue=PubSubQueue(project, topics, clients.get("publisher")),
         clock=clock,
