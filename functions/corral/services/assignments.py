@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from corral.api.schemas.agent import BindMount, CheckpointSpec, Rendezvous, TrialAssignment
@@ -17,7 +18,7 @@ def build_assignment(ctx: Context, trial: Trial, agent_id: str) -> TrialAssignme
     experiment = ctx.store.get_experiment(trial.experiment_id)
     if experiment is None or trial.placement is None:
         return None
-    config = _parse(experiment.id, experiment.version, experiment.config)
+    config = _parse(experiment.config)
     parts = trial.placement.parts
     node_rank = next((n for n, (i, _) in enumerate(parts) if i == agent_id), None)
     if node_rank is None:
@@ -74,12 +75,15 @@ def _join(prefix: str, suffix: str) -> str:
     return f"{prefix.strip('/')}/{suffix}" if prefix.strip("/") else suffix
 
 
-_PARSED: dict[tuple[str, int], ExperimentConfig] = {}
+_PARSED: dict[str, ExperimentConfig] = {}
 
 
-def _parse(experiment_id: str, version: int, config: dict[str, Any]) -> ExperimentConfig:
-    """Parse an experiment's stored config once per container (heartbeats ask often)."""
-    key = (experiment_id, version)
+def _parse(config: dict[str, Any]) -> ExperimentConfig:
+    """Parse an experiment's stored config once per container (heartbeats ask often).
+
+    Keyed by the config's content, not the experiment id: ids repeat across stores (tests,
+    simulator runs in one process), and a cache keyed by id would hand back another's."""
+    key = json.dumps(config, sort_keys=True, default=str)
     parsed = _PARSED.get(key)
     if parsed is None:
         if len(_PARSED) > 512:
