@@ -383,3 +383,11 @@ def _check_against_model(store: Store, model: Model) -> None:
         assert sorted(ids(store.instances(states={state}))) == expected("instance", state_no)
     for state_no, trial_state in enumerate(TRIAL_STATES):
         assert sorted(ids(store.trials(states={trial_state}))) == expected("trial", state_no)
+
+
+def test_a_commit_holds_at_most_100_records(store: Store) -> None:
+    # DynamoDB's TransactWriteItems limit: every store refuses more, so code that would only
+    # ever meet the limit in production fails in tests too.
+    with pytest.raises(ValueError, match="100"):
+        store.commit([PoolState(f"pool-{n}") for n in range(101)])
+    assert store.pool_state("pool-0").version == 0

@@ -48,6 +48,9 @@ class BinIndex:
     _by_free: dict[int, dict[str, Bin]] = field(default_factory=dict)
     _bins: dict[str, Bin] = field(default_factory=dict)
     _cheapest: float = float("inf")  # lowest price per slot of any bin added
+    # GPUs on entirely free bins: a gang can never need more, so most unplaceable trials
+    # are refused without scanning every bin (10,000 pending trials x 1,000 agents).
+    _fully_free_slots: int = 0
 
     @classmethod
     def of(cls, bins: Iterable[Bin]) -> BinIndex:
@@ -61,12 +64,14 @@ class BinIndex:
             raise ValueError(f"bin {b.id} added twice")
         self._bins[b.id] = b
         self._by_free.setdefault(len(b.free), {})[b.id] = b
+        self._fully_free_slots += b.slots if b.fully_free else 0
         if b.hourly_price > 0:
             self._cheapest = min(self._cheapest, b.price_per_slot)
 
     def remove(self, bin_id: str) -> None:
         b = self._bins.pop(bin_id)
         del self._by_free[len(b.free)][bin_id]
+        self._fully_free_slots -= b.slots if b.fully_free else 0
 
     def get(self, bin_id: str) -> Bin | None:
         return self._bins.get(bin_id)
@@ -81,6 +86,8 @@ class BinIndex:
         return max((f for f, bucket in self._by_free.items() if bucket), default=0)
 
     def _take(self, b: Bin, count: int) -> tuple[int, ...]:
+        if b.fully_free and count > 0:
+            self._fully_free_slots -= b.slots
         bucket = self._by_free[len(b.free)]
         del bucket[b.id]
         gpus = tuple(b.free[:count])
@@ -137,6 +144,8 @@ class BinIndex:
         return b.price_per_slot > self._cheapest * EXPENSIVE_FACTOR
 
     def _gang(self, slots: int, allow_mixed: bool) -> list[Bin] | None:
+        if self._fully_free_slots < slots:
+            return None
         free_bins = [b for b in self._bins.values() if b.fully_free and b.slots > 0]
         if sum(b.slots for b in free_bins) < slots:
             return None

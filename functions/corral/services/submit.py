@@ -87,9 +87,14 @@ def submit_experiment(
     if existing is None:
         # Intent first: the experiment names all its trials before any trial exists.
         ctx.store.commit([experiment])
-    missing = [t for t in trials if ctx.store.get_trial(t.id) is None]
+    # A new experiment's trials cannot exist yet (their ids derive from its fresh id); only
+    # a retried submission reads which ones a crash left unwritten.
+    missing = (
+        trials if existing is None else [t for t in trials if ctx.store.get_trial(t.id) is None]
+    )
+    written: list[Trial] = []
     for chunk in _chunks(missing, ctx.settings.max_commit):
-        ctx.store.commit(chunk)
+        written.extend(r for r in ctx.store.commit(chunk) if isinstance(r, Trial))
     if missing:
         ctx.store.append_events(
             [
@@ -106,8 +111,10 @@ def submit_experiment(
             QueueName.SCHEDULE,
             [Message("schedule", {"reason": "submit"}, dedupe_id=f"submit-{experiment_id}")],
         )
+    if existing is None:
+        return Submitted(experiment, tuple(written), created=True)
     stored = tuple(t for t in (ctx.store.get_trial(t.id) for t in trials) if t is not None)
-    return Submitted(experiment, stored, created=existing is None)
+    return Submitted(experiment, stored, created=False)
 
 
 def run_command(

@@ -137,3 +137,18 @@ def test_property_builders_make_valid_records() -> None:
     assert a.state is InstanceState.BUSY
     assert a.free_slots == 1
     assert replace(a, allocations=()).free_slots == 4
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(SIZES, st.integers(0, 8)), max_size=10), st.lists(st.integers(0, 20)))
+def test_the_free_slot_count_the_packer_keeps_matches_its_bins(bins, demand) -> None:  # type: ignore[no-untyped-def]
+    from corral.domain.packing import Bin, BinIndex
+
+    index = BinIndex.of(
+        Bin(f"b{n}", f"g.{slots}", slots, list(range(min(used, slots), slots)))
+        for n, (slots, used) in enumerate(bins)
+    )
+    for slots in demand:
+        index.place(slots)
+        expected = sum(b.slots for b in index.bins() if b.fully_free)
+        assert index._fully_free_slots == expected

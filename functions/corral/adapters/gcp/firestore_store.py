@@ -51,7 +51,9 @@ from corral.ports.store import Record
 
 INSTANCES, TRIALS, EXPERIMENTS, POOLS = "instances", "trials", "experiments", "pools"
 HEARTBEATS, EVENTS, LOGS, LINES = "heartbeats", "events", "logs", "lines"
-MAX_WRITES = 500  # Firestore's limit on writes in one transaction or batch
+# Firestore takes 500 writes per commit, but every Store holds the smallest limit of any
+# backend (DynamoDB: 100) so that code which works on one works on all.
+MAX_WRITES = 100
 IN_LIMIT = 30  # values in one ``in`` filter
 EXPIRE_AT = "expire_at"  # the TTL policy's field
 EVENT_KEY = "key"
@@ -129,7 +131,7 @@ class FirestoreStore:
             dupes = sorted({f"{k[0]} {k[1]}" for k in keys if keys.count(k) > 1})
             raise ValueError(f"one commit names the same record twice: {', '.join(dupes)}")
         if len(records) > MAX_WRITES:
-            raise ValueError(f"{len(records)} records in one commit; Firestore allows 500")
+            raise ValueError(f"{len(records)} records in one commit; at most {MAX_WRITES}")
         if not records:
             return []
         from google.api_core import exceptions

@@ -47,6 +47,10 @@ def _values(states: Collection[InstanceState | TrialState]) -> list[str]:
     return [s.value for s in states]
 
 
+# The largest all-or-nothing write a real store takes (DynamoDB TransactWriteItems).
+MAX_COMMIT = 100
+
+
 class InMemoryStore:
     """Implements ``corral.ports.store.Store``."""
 
@@ -70,9 +74,12 @@ class InMemoryStore:
     def commit(self, records: Sequence[Record]) -> list[Record]:
         """Write every record whose ``version`` matches the stored one, or none of them.
 
-        Raises ``ValueError`` if one key appears twice (DynamoDB refuses that too) and
-        ``ConflictError`` naming every stale record.
+        Raises ``ValueError`` if one key appears twice or for more than ``MAX_COMMIT``
+        records (DynamoDB refuses both, so the fake must too, or code that only the fake
+        runs at scale would pass its tests) and ``ConflictError`` naming every stale record.
         """
+        if len(records) > MAX_COMMIT:
+            raise ValueError(f"{len(records)} records in one commit; at most {MAX_COMMIT}")
         keys = [record_key(r) for r in records]
         if len(set(keys)) != len(keys):
             dupes = sorted({f"{k[0]} {k[1]}" for k in keys if keys.count(k) > 1})
