@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from corral.local.http_shim import http_event, http_reply
+from corral.api.http_events import http_event, http_reply
 from corral.local.lambda_host import FunctionHost
 from corral.local.pollers import QueuePoller, failed_ids
 from corral.local.resources import FunctionSpec, QueueSource, TimerSource

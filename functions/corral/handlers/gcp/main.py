@@ -55,7 +55,7 @@ def resolver() -> Any:
 @functions_framework.http
 def api(request: flask.Request) -> flask.Response:
     """Flask request -> API Gateway HTTP API v2 event -> the resolver -> Flask response."""
-    from corral.local.http_shim import http_event, http_reply
+    from corral.api.http_events import http_event, http_reply
 
     target = request.path + (f"?{request.query_string.decode()}" if request.query_string else "")
     event = http_event(
