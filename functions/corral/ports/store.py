@@ -6,7 +6,10 @@ Contract (held by every adapter, checked by tests/contract):
   and returns the stored copies. Either every write in one commit lands or none does
   (``ConflictError``).
 - Heartbeats, events and log lines are appended or overwritten without touching versions.
-- Reads return what the last successful commit wrote (read-your-writes in one process).
+- Reads by id (``get_*``) return what the last successful commit wrote. Listings (by state,
+  pool, experiment, cloud id) may lag a commit on stores whose indexes are eventually
+  consistent (DynamoDB GSIs, Firestore queries): a record read from a listing may be stale,
+  which costs at most a ConflictError on the next conditional write, never a lost update.
 """
 
 from __future__ import annotations
