@@ -195,3 +195,20 @@ def _agent(cloud_id: str) -> str:
     from .events import agent_arn
 
     return agent_arn(cloud_id)
+
+
+def test_large_experiments_are_paged_not_returned_whole(api: ApiClient) -> None:
+    # A 10,000-trial grid would not fit a 6 MB Lambda response: the detail shows the first
+    # 100 trials and the trials route pages through all of them.
+    big = {**GRID, "hyperparameters": {"lr": {"type": "categorical", "vals": list(range(150))}}}
+    created = api.post("/experiments", {"config": big})
+    assert created.status == 201, created.text
+    assert created.json["trial_count"] == 150
+    assert len(created.json["trials"]) == 100 and created.json["trials_truncated"]
+
+    first = api.get(f"/experiments/{created.json['id']}/trials", query={"limit": 100}).json
+    assert (len(first["trials"]), first["total"], first["next_offset"]) == (100, 150, 100)
+    rest = api.get(f"/experiments/{created.json['id']}/trials", query={"offset": 100}).json
+    assert (len(rest["trials"]), rest["next_offset"]) == (50, None)
+    ids = [t["id"] for t in first["trials"] + rest["trials"]]
+    assert len(set(ids)) == 150

@@ -80,12 +80,16 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
     @app.get(
         "/experiments/<experiment_id>/trials",
         tags=[TAG],
-        summary="List an experiment's trials",
+        summary="A page of an experiment's trials; follow with offset=next_offset",
         responses=errors(404),
     )
-    def list_trials(experiment_id: str) -> TrialList:
+    def list_trials(
+        experiment_id: str,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+    ) -> TrialList:
         deps.user()
-        return views.experiment_trials(deps.ctx(), experiment_id)
+        return views.experiment_trials(deps.ctx(), experiment_id, offset, limit)
 
     @app.get(
         "/trials/<trial_id>",

@@ -22,11 +22,17 @@ def list_cmd(
 ) -> None:
     """The trials of an experiment."""
     with render.guard():
-        reply = client_from(endpoint).get(f"/experiments/{experiment_id}/trials")
+        client = client_from(endpoint)
+        trials: list[dict[str, object]] = []
+        offset: int | None = 0
+        while offset is not None:  # every page: the API holds a response to 6 MB
+            page = client.get(f"/experiments/{experiment_id}/trials", {"offset": offset})
+            trials.extend(page.get("trials") or [])
+            offset = page.get("next_offset")
         if json_out:
-            render.print_json(reply)
+            render.print_json({"trials": trials, "total": len(trials)})
             return
-        render.table("Trials", render.TRIAL_COLUMNS, reply.get("trials") or [])
+        render.table("Trials", render.TRIAL_COLUMNS, trials)
 
 
 @app.command("describe")

@@ -74,10 +74,20 @@ def experiment_view(ctx: Context, experiment: Experiment) -> ExperimentView:
     return _experiment(ctx, experiment, ctx.store.trials(experiment_id=experiment.id))[0]
 
 
+# Trials shown inline in an experiment's detail (and in the reply to its submission): a
+# 10,000-trial grid would not fit a 6 MB Lambda response; the trials route pages the rest.
+DETAIL_TRIALS = 100
+
+
 def experiment_detail(ctx: Context, experiment_id: str) -> ExperimentDetail:
     experiment = get_experiment(ctx, experiment_id)
     summary, trials = _experiment(ctx, experiment, ctx.store.trials(experiment_id=experiment.id))
-    return ExperimentDetail(**summary.model_dump(), config=experiment.config, trials=trials)
+    return ExperimentDetail(
+        **summary.model_dump(),
+        config=experiment.config,
+        trials=trials[:DETAIL_TRIALS],
+        trials_truncated=len(trials) > DETAIL_TRIALS,
+    )
 
 
 def list_experiments(ctx: Context, limit: int) -> ExperimentList:
@@ -86,10 +96,16 @@ def list_experiments(ctx: Context, limit: int) -> ExperimentList:
     )
 
 
-def experiment_trials(ctx: Context, experiment_id: str) -> TrialList:
+def experiment_trials(
+    ctx: Context, experiment_id: str, offset: int = 0, limit: int = 500
+) -> TrialList:
     experiment = get_experiment(ctx, experiment_id)
+    trials = _experiment(ctx, experiment, ctx.store.trials(experiment_id=experiment_id))[1]
+    end = offset + limit
     return TrialList(
-        trials=_experiment(ctx, experiment, ctx.store.trials(experiment_id=experiment_id))[1]
+        trials=trials[offset:end],
+        total=len(trials),
+        next_offset=end if end < len(trials) else None,
     )
 
 

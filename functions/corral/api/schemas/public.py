@@ -109,6 +109,10 @@ class TrialView(_View):
 
 class TrialList(_View):
     trials: list[TrialView]
+    total: int = Field(description="Trials in the experiment")
+    next_offset: int | None = Field(
+        default=None, description="Pass as offset for the next page; null on the last page"
+    )
 
 
 class ExperimentView(_View):
@@ -128,7 +132,11 @@ class ExperimentView(_View):
 
 class ExperimentDetail(ExperimentView):
     config: dict[str, Any]
-    trials: list[TrialView]
+    trials: list[TrialView] = Field(
+        description="The first trials only (a Lambda response holds 6 MB); page through "
+        "all of them with GET /experiments/{id}/trials"
+    )
+    trials_truncated: bool = False
 
 
 class ExperimentList(_View):
