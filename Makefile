@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check functions agent_runtime tests benchmarks
-	$(BIN)/ruff format --check functions agent_runtime tests benchmarks
+	$(BIN)/ruff check functions agent_runtime tests benchmarks infra
+	$(BIN)/ruff format --check functions agent_runtime tests benchmarks infra
 
 types: $(STAMP)
 	$(BIN)/mypy
