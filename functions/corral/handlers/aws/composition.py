@@ -32,17 +32,15 @@ Environment (set by ``infra/template.yaml``):
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from corral.domain.config import ClusterConfig, ConfigError, load_cluster_config
+from corral.domain.config import ClusterConfig
+from corral.handlers.config_source import CompositionError, parse_cluster_config
 from corral.ports.clock import Clock, SystemClock
 from corral.ports.queue import QueueName
 from corral.services.context import Context
-
-log = logging.getLogger(__name__)
 
 CONFIG_ENV = "CORRAL_CLUSTER_CONFIG"
 CONFIG_PARAMETER_ENV = "CORRAL_CLUSTER_CONFIG_PARAMETER"
@@ -57,10 +55,6 @@ QUEUE_URL_ENV: Mapping[QueueName, str] = {
 
 # Reads an SSM parameter's value by name; replaced in tests.
 ParameterReader = Callable[[str], str]
-
-
-class CompositionError(RuntimeError):
-    """The function's environment or cluster config cannot make a working Context."""
 
 
 @functools.cache
@@ -117,13 +111,7 @@ def cluster_config(env: Mapping[str, str], read_parameter: ParameterReader) -> C
             raise CompositionError(f"set {CONFIG_ENV} (the config) or {CONFIG_PARAMETER_ENV}")
         source = f"SSM parameter {name}"
         text = read_parameter(name)
-    try:
-        loaded = load_cluster_config(text)
-    except ConfigError as error:
-        raise CompositionError(f"cluster config from {source} is invalid: {error}") from None
-    for warning in loaded.warnings:
-        log.warning("cluster config from %s: %s", source, warning)
-    return loaded.config
+    return parse_cluster_config(text, source)
 
 
 def _check_pools(config: ClusterConfig, env: Mapping[str, str]) -> None:

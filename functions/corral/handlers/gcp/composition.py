@@ -26,18 +26,16 @@ Environment (set by ``infra/gcp/deploy.sh``):
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from corral.domain.config import ClusterConfig, ConfigError, load_cluster_config
+from corral.domain.config import ClusterConfig
+from corral.handlers.config_source import CompositionError, parse_cluster_config
 from corral.ports.clock import Clock, SystemClock
 from corral.ports.queue import QueueName
 from corral.services.context import Context
-
-log = logging.getLogger(__name__)
 
 CONFIG_ENV = "CORRAL_CLUSTER_CONFIG"
 CONFIG_FILE_ENV = "CORRAL_CLUSTER_CONFIG_FILE"
@@ -46,10 +44,6 @@ TOPIC_ENV: Mapping[QueueName, str] = {
     QueueName.SCALE_UP: "CORRAL_TOPIC_SCALE_UP",
     QueueName.INTERRUPTIONS: "CORRAL_TOPIC_INTERRUPTIONS",
 }
-
-
-class CompositionError(RuntimeError):
-    """The function's environment or cluster config cannot make a working Context."""
 
 
 @functools.cache
@@ -116,13 +110,7 @@ def cluster_config(env: Mapping[str, str]) -> ClusterConfig:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as error:
             raise CompositionError(f"cannot read the cluster config at {path}: {error}") from None
-    try:
-        loaded = load_cluster_config(text)
-    except ConfigError as error:
-        raise CompositionError(f"cluster config from {source} is invalid: {error}") from None
-    for warning in loaded.warnings:
-        log.warning("cluster config from %s: %s", source, warning)
-    return loaded.config
+    return parse_cluster_config(text, source)
 
 
 def check_pools(config: ClusterConfig, env: Mapping[str, str]) -> None:
