@@ -43,7 +43,7 @@ run: $(STAMP)
 	$(BIN)/corral dev up --config examples/cluster.yaml
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-sam .mypy_cache .pytest_cache .ruff_cache .corral
 
 # The local stack end to end: submit the example grid, interrupt a spot instance midway,
 # wait for every trial and for idle instances to be reaped, print a summary (< 5 minutes).
