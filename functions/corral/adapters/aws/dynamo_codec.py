@@ -26,12 +26,14 @@ import json
 import math
 import struct
 import types
-import typing
 from collections.abc import Mapping
 from decimal import Decimal
 from enum import Enum
-from functools import cache
-from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, get_args, get_origin
+
+from corral.adapters.record_types import hints as _hints
+from corral.adapters.record_types import is_json as _is_json
+from corral.adapters.record_types import optional_inner as _optional_inner
 
 AttributeValue = dict[str, Any]
 Item = dict[str, AttributeValue]
@@ -39,29 +41,6 @@ D = TypeVar("D")
 
 # DynamoDB's number range (positive side); outside it a float is stored as text.
 _N_MIN, _N_MAX = 1e-130, 1e125
-
-
-@cache
-def _cached_hints(cls: Any) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    return _cached_hints(cls)
-
-
-def _optional_inner(tp: Any) -> Any | None:
-    """``X`` for ``X | None`` (or ``Optional[X]``), else None."""
-    if get_origin(tp) in (types.UnionType, typing.Union):
-        inner = [a for a in get_args(tp) if a is not type(None)]
-        if len(inner) != 1:
-            raise TypeError(f"unsupported union {tp!r}: only X | None is stored")
-        return inner[0]
-    return None
-
-
-def _is_json(tp: Any) -> bool:
-    return tp is Any or (get_origin(tp) is dict and get_args(tp)[1:] == (Any,))
 
 
 # ---- encoding --------------------------------------------------------------------------------

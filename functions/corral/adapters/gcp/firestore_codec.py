@@ -25,39 +25,18 @@ import hashlib
 import json
 import struct
 import types
-import typing
 from collections.abc import Mapping
 from enum import Enum
-from functools import cache
-from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, get_args, get_origin
+
+from corral.adapters.record_types import hints as _hints
+from corral.adapters.record_types import is_json as _is_json
+from corral.adapters.record_types import optional_inner as _optional_inner
 
 Data = dict[str, Any]
 D = TypeVar("D")
 _WRAP = "items"  # the map key that carries an array nested in an array
 _INT64 = (-(2**63), 2**63 - 1)
-
-
-@cache
-def _cached_hints(cls: Any) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    return _cached_hints(cls)
-
-
-def _optional_inner(tp: Any) -> Any | None:
-    """``X`` for ``X | None``, else None."""
-    if get_origin(tp) in (types.UnionType, typing.Union):
-        inner = [a for a in get_args(tp) if a is not type(None)]
-        if len(inner) != 1:
-            raise TypeError(f"unsupported union {tp!r}: only X | None is stored")
-        return inner[0]
-    return None
-
-
-def _is_json(tp: Any) -> bool:
-    return tp is Any or (get_origin(tp) is dict and get_args(tp)[1:] == (Any,))
 
 
 def _element(value: Any) -> Any:
