@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Protocol
+
+from corral.domain.errors import LaunchError, LaunchErrorClass
 
 EC2_USER_DATA_LIMIT = 16_384  # bytes, before base64; GCE allows 256 KB per metadata value
 
@@ -119,6 +121,21 @@ def settings_for(
         agent_reconnect_backoff=provider.agent_reconnect_backoff,
         **cloud_specific,  # type: ignore[arg-type]
     )
+
+
+def launch_script(
+    make_settings: Callable[[], BootstrapSettings], max_bytes: int, too_large_code: str
+) -> str:
+    """The bootstrap of one launch, or a LaunchError that fails the record with the reason:
+    no API URL for the agent (``NoApiUrl``), or a script over the cloud's size limit."""
+    try:
+        settings = make_settings()
+    except ValueError as error:
+        raise LaunchError(LaunchErrorClass.INVALID_CONFIG, "NoApiUrl", str(error)) from error
+    try:
+        return render_bootstrap(settings, max_bytes)
+    except ValueError as error:
+        raise LaunchError(LaunchErrorClass.INVALID_CONFIG, too_large_code, str(error)) from error
 
 
 def render_bootstrap(settings: BootstrapSettings, max_bytes: int = EC2_USER_DATA_LIMIT) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from corral.bootstrap.render import BootstrapSettings, render_bootstrap, settings_for
+from corral.bootstrap.render import BootstrapSettings, launch_script, settings_for
 from corral.domain.config.aws import AwsProvider
 from corral.domain.errors import LaunchError, LaunchErrorClass
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
@@ -160,13 +160,8 @@ def render_user_data(
     provider: AwsProvider, request: LaunchRequest, default_api_url: str | None = None
 ) -> str:
     """The bootstrap script of one launch; a script that cannot be made fails the record."""
-    try:
-        settings = bootstrap_settings(provider, request, default_api_url)
-    except ValueError as error:
-        raise LaunchError(LaunchErrorClass.INVALID_CONFIG, "NoApiUrl", str(error)) from error
-    try:
-        return render_bootstrap(settings, USER_DATA_LIMIT)
-    except ValueError as error:
-        raise LaunchError(
-            LaunchErrorClass.INVALID_CONFIG, "UserDataTooLarge", str(error)
-        ) from error
+    return launch_script(
+        lambda: bootstrap_settings(provider, request, default_api_url),
+        USER_DATA_LIMIT,
+        "UserDataTooLarge",
+    )

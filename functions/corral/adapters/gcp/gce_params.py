@@ -34,7 +34,7 @@ import re
 import uuid
 from typing import Any
 
-from corral.bootstrap.render import BootstrapSettings, render_bootstrap, settings_for
+from corral.bootstrap.render import BootstrapSettings, launch_script, settings_for
 from corral.domain import catalog
 from corral.domain.config.gcp import GcpInstanceType, GcpProvider
 from corral.domain.errors import LaunchError, LaunchErrorClass
@@ -233,13 +233,8 @@ def bootstrap_settings(
 def render_startup_script(
     provider: GcpProvider, request: LaunchRequest, default_api_url: str | None = None
 ) -> str:
-    try:
-        settings = bootstrap_settings(provider, request, default_api_url)
-    except ValueError as error:
-        raise LaunchError(LaunchErrorClass.INVALID_CONFIG, "NoApiUrl", str(error)) from error
-    try:
-        return render_bootstrap(settings, STARTUP_SCRIPT_LIMIT)
-    except ValueError as error:
-        raise LaunchError(
-            LaunchErrorClass.INVALID_CONFIG, "StartupScriptTooLarge", str(error)
-        ) from error
+    return launch_script(
+        lambda: bootstrap_settings(provider, request, default_api_url),
+        STARTUP_SCRIPT_LIMIT,
+        "StartupScriptTooLarge",
+    )
