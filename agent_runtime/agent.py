@@ -67,7 +67,12 @@ class Agent:
         self.clock, self.sleeper = clock, sleeper
         self.agent_id: str | None = None
         self.trials: dict[str, TrialRun] = {}
+        # What the control plane last said: its heartbeat reply is the truth, so a drain it
+        # takes back (demand came back before the agent was terminated) is lifted here too.
         self.draining = False
+        # This machine is going away (a preemption notice or SIGTERM): no new work, whatever
+        # the control plane says; work sent anyway is handed back at once.
+        self.leaving = False
         self.exit_code: int | None = None
         self.interval = config.heartbeat_interval_s
         self.watcher = InterruptionWatcher(source, clock, config.interruption_poll_s)
@@ -212,7 +217,7 @@ class Agent:
         request = HeartbeatRequest(
             trials=list(statuses.values()),
             gpu_metrics=metrics,
-            draining=self.draining,
+            draining=self.draining or self.leaving,
             interruption_notice=notice is not None and notice.action == "preempt",
         )
         try:
@@ -241,9 +246,11 @@ class Agent:
             self._acked(self.trials[tid], sent)
         if self._cloudwatch is not None:
             self._cloudwatch.maybe_put(now, metrics)
-        if reply.drain and not self.draining:
-            log.info("the control plane asked this agent to drain")
-            self.draining = True
+        if reply.drain != self.draining:
+            log.info(
+                "the control plane %s", "drains this agent" if reply.drain else "lifts the drain"
+            )
+            self.draining = reply.drain
         for tid in reply.stop:
             if tid in self.trials:
                 log.info("stopping trial %s on request", tid)
@@ -284,10 +291,10 @@ class Agent:
         existing = self.trials.get(a.trial_id)
         if existing is not None:
             return  # already running here (a reply crossed our report): nothing to do
-        if self.draining or self._exit_when_done is not None:
-            log.info("not starting %s: draining", a.trial_id)
-            return
         assert self.agent_id is not None
+        if self.leaving or self._exit_when_done is not None:
+            self._hand_back(a.trial_id)
+            return
         spec = launch_spec(a, self.config, self.agent_id, self.executor.in_container)
         run = TrialRun(a, spec, self.executor, lambda s, line: self.logs.add(a.trial_id, s, line))
         self.trials[a.trial_id] = run
@@ -300,10 +307,26 @@ class Agent:
             run.start()
         self._send_status(run)
 
+    def _hand_back(self, trial_id: str) -> None:
+        """Work that reached an agent on its way out: report it preempted (never started) so
+        the control plane requeues it now instead of waiting for a start that never comes.
+        If the report is lost, the trial's start deadline requeues it."""
+        assert self.agent_id is not None
+        log.info("not starting %s: this agent is shutting down; handing it back", trial_id)
+        status = TrialStatus(
+            trial_id=trial_id,
+            state=AgentTrialState.PREEMPTED,
+            message="not started: the agent is shutting down",
+        )
+        try:
+            self.client.trial_status(self.agent_id, status)
+        except (Unreachable, ControlPlaneError) as exc:
+            log.warning("hand-back of %s not delivered (%s)", trial_id, exc)
+
     # --- interruptions and exit ----------------------------------------------------------
     def _interrupt(self, notice: Notice, notify: bool) -> None:
-        self.draining = True
         if notice.action == "preempt":
+            self.leaving = True
             grace = grace_for(notice, self.config.interruption_margin_s)
             now = self.clock.monotonic()
             for run in self.trials.values():

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent_runtime.agent import EXIT_DEADMAN, EXIT_OK, EXIT_REFUSED
+from corral.api.schemas.agent import TrialAssignment
 from tests.agent.conftest import (
     FakeControlPlane,
     FakeMetadata,
@@ -205,3 +206,32 @@ def test_register_retries_with_backoff_while_the_plane_is_down(make_agent, plane
     assert h.agent.agent_id is None
     plane.down = False
     h.step_until(lambda: h.agent.agent_id == "rec-1", advance=30.0)
+
+
+def test_a_drain_taken_back_by_the_control_plane_is_lifted(make_agent, plane, tmp_path):
+    """The heartbeat reply is the truth: an agent told to drain, then taken back for pending
+    demand (the reply says drain no more and carries work), starts that work."""
+    entry = trial_script(tmp_path, "print('hello from t-back')\n")
+    plane.heartbeat_replies = [
+        {"drain": True},
+        {"drain": False, "start": [assignment("t-back", entry)]},
+    ]
+    h = make_agent()
+    h.step_until(lambda: len(plane.posts("/heartbeat")) >= 2, advance=5.0)
+    h.step_until(lambda: "exited" in _states(plane, "t-back"), advance=1.0)
+    assert h.agent.draining is False
+    assert plane.log_lines("t-back") == ["hello from t-back"]
+    later = plane.posts("/heartbeat")[-1].body
+    assert later["draining"] is False
+
+
+def test_work_refused_while_leaving_is_handed_back(make_agent, plane, tmp_path):
+    """An agent on its way out (SIGTERM) that is sent work reports it preempted at once,
+    so the control plane requeues it instead of waiting for a start that never comes."""
+    entry = trial_script(tmp_path, "print('never')\n")
+    h = make_agent()
+    h.step_until(lambda: len(plane.posts("/heartbeat")) >= 1, advance=5.0)
+    h.agent._exit_when_done = 0  # leaving (as after SIGTERM), not yet gone
+    h.agent._start(TrialAssignment.model_validate(assignment("t-late", entry)))
+    assert _states(plane, "t-late") == ["preempted"]
+    assert "t-late" not in h.agent.trials

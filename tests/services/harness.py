@@ -80,6 +80,10 @@ class FakeAgent:
     alive: bool = True
     interruption_notice: bool = False
     starts: list[TrialAssignment] = field(default_factory=list)
+    # False plays an agent that never starts what it is sent (an old agent stuck draining).
+    takes_work: bool = True
+    # False plays an agent that never stops what it is told to stop.
+    obeys_stops: bool = True
 
     def register(self) -> None:
         record_id = self.cluster.cloud.tags(self.cloud_id).get("corral-record")
@@ -120,11 +124,13 @@ class FakeAgent:
             HeartbeatRequest(trials=statuses, interruption_notice=self.interruption_notice),
         )
         self.finished = []
-        for trial_id in reply.stop:
+        for trial_id in reply.stop if self.obeys_stops else ():
             self.running.pop(trial_id, None)
             self.finished.append(TrialStatus(trial_id=trial_id, state=AgentTrialState.STOPPED))
         for assignment in reply.start:
             self.starts.append(assignment)
+            if not self.takes_work:
+                continue
             self.running[assignment.trial_id] = RunningTrial(assignment, now)
 
 

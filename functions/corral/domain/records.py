@@ -71,6 +71,7 @@ class EventKind(StrEnum):
     AGENT_REGISTERED = "agent_registered"
     AGENT_LOST = "agent_lost"
     AGENT_DRAINING = "agent_draining"
+    AGENT_UNDRAINED = "agent_undrained"  # taken back from draining: demand came back
     INSTANCE_TERMINATING = "instance_terminating"
     INSTANCE_TERMINATED = "instance_terminated"
     INSTANCE_ADOPTED = "instance_adopted"

@@ -29,6 +29,7 @@ from corral.ports.store import commit_one
 from corral.services.assignments import build_assignment
 from corral.services.context import Context
 from corral.services.fleet import terminate, wake_scheduler
+from corral.services.trial_deadlines import settle_trial
 from corral.services.trial_moves import move_off_gpus, requeue
 
 
@@ -165,7 +166,32 @@ def heartbeat(
         on_interruption_notice(ctx, proven_cloud_id, NoticeKind.INTERRUPTION)
     for status in request.trials:
         report_trial_status(ctx, agent_id, proven_cloud_id, status)
-    return _orders(ctx, _own_record(ctx, agent_id, proven_cloud_id), request.trials)
+    record = _own_record(ctx, agent_id, proven_cloud_id)
+    if _cancel_stops_of_unstarted(ctx, record, {t.trial_id for t in request.trials}):
+        record = _own_record(ctx, agent_id, proven_cloud_id)
+    return _orders(ctx, record, request.trials)
+
+
+def _cancel_stops_of_unstarted(ctx: Context, record: Instance, known: set[str]) -> bool:
+    """A STOPPING trial that none of its agents runs (it was killed before any of them
+    started it, or an agent never took it) has nothing left to stop: cancel it now rather
+    than wait for a confirmation that cannot come. The agent reports every trial it holds
+    until the control plane has acknowledged its end, so absence from a heartbeat means it
+    does not run there."""
+    cancelled = False
+    for trial_id in record.trial_ids:
+        if trial_id in known:
+            continue
+        trial = ctx.store.get_trial(trial_id)
+        if trial is None or trial.state is not TrialState.STOPPING or trial.placement is None:
+            continue
+        others = [i for i in trial.placement.instance_ids if i != record.id]
+        beats = ctx.store.heartbeats(others) if others else {}
+        if any(any(r.trial_id == trial_id for r in b.trials) for b in beats.values()):
+            continue  # another agent of the gang still runs it: its report ends it
+        reason = f"stopped before {record.id} started it"
+        cancelled |= settle_trial(ctx, trial, TrialState.CANCELLED, reason)
+    return cancelled
 
 
 def _orders(ctx: Context, record: Instance, reported: Sequence[TrialStatus]) -> HeartbeatResponse:
@@ -219,6 +245,8 @@ def report_trial_status(
         except ConflictError:
             continue
         moved = next(r for r in stored if isinstance(r, Trial))
+        if moved.state is trial.state:
+            return moved  # a new checkpoint, not a transition: the event log records those
         if moved.state is not TrialState.RUNNING:
             wake_scheduler(ctx, f"{moved.id} left its GPUs")
         ctx.store.append_events(

@@ -17,6 +17,7 @@ from corral.domain.reaper import ReapPlan
 from corral.domain.reconcile_decisions import ReconcileSettings
 from corral.domain.records import Heartbeat, PoolState
 from corral.domain.trial import Trial
+from corral.domain.trial_deadlines import TrialDeadlines
 from corral.ports.clock import Clock
 from corral.ports.cloud import CloudProvider
 from corral.ports.queue import Queue
@@ -117,6 +118,8 @@ class ServiceSettings:
     # (the send may have been lost with the function that wrote the record).
     redrive_after_s: float = 120.0
     heartbeat_interval_s: float = 5.0
+    # How long a trial may sit ASSIGNED or STOPPING with no agent moving it on.
+    trial_deadlines: TrialDeadlines = field(default_factory=TrialDeadlines)
     dead_man_switch_s: float = 600.0
     # Where checkpoints go when neither the experiment nor the cluster names a place.
     default_checkpoint_uri: str = "file:///tmp/corral-checkpoints"

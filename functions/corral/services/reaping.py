@@ -60,11 +60,8 @@ def _move(ctx: Context, updated: object) -> bool:
         ctx.store.commit([updated])
     except ConflictError:
         return False
-    kind = (
-        EventKind.AGENT_DRAINING
-        if updated.state is InstanceState.DRAINING
-        else (EventKind.TRIAL_STATE)
-    )
+    draining = updated.state is InstanceState.DRAINING
+    kind = EventKind.AGENT_DRAINING if draining else EventKind.AGENT_UNDRAINED
     ctx.store.append_events(
         [
             Event(

@@ -31,12 +31,15 @@ from corral.ports.queue import QueueName
 from corral.services.context import Context
 from corral.services.fleet import mark_terminated, take_away, terminate, wake_scheduler
 from corral.services.scheduling import launch_message
+from corral.services.trial_deadlines import settle_overdue_trials
 
 
 @dataclass
 class ReconcileReport:
     applied: list[str] = field(default_factory=list)
     conflicts: int = 0
+    # Trials requeued or cancelled because no agent moved them on in time.
+    overdue_trials: list[str] = field(default_factory=list)
 
     def note(self, decision: Decision) -> None:
         subject = getattr(decision, "record", None)
@@ -77,6 +80,7 @@ def run_reconcile(ctx: Context) -> ReconcileReport:
         else:
             report.note(decision)
     _count_boot_failures(ctx, plan.boot_failures_by_pool)
+    report.overdue_trials = settle_overdue_trials(ctx)
     return report
 
 

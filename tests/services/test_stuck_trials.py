@@ -1,0 +1,150 @@
+"""Work the agents never move on: submitted while agents drain, killed before it started,
+or sent to an agent that never takes it. Nothing may sit in ASSIGNED or STOPPING forever,
+holding GPUs that are billed and count against max_instances."""
+
+from __future__ import annotations
+
+from corral.domain.instance import InstanceState
+from corral.domain.records import EventKind
+from corral.domain.trial import TrialState
+from corral.services.kill import kill_experiment
+from corral.services.reaping import run_idle_reap
+from corral.services.reconciling import run_reconcile
+
+from .harness import Cluster, Script, make_pool
+
+
+def _one_idle_agent(cluster: Cluster) -> str:
+    first = cluster.submit(name="first")
+    cluster.scripts[first.trials[0].id] = Script(duration_s=20)
+    cluster.pump()
+    cluster.run(90)
+    assert cluster.trial(first.trials[0].id).state is TrialState.COMPLETED
+    (record,) = cluster.instances()
+    return record.id
+
+
+def test_work_submitted_while_an_agent_drains_runs_on_it() -> None:
+    cluster = Cluster(make_pool(max_idle_s=60.0))
+    agent_id = _one_idle_agent(cluster)
+    cluster.run(65)
+    run_idle_reap(cluster.ctx)
+    assert cluster.store.get_instance(agent_id).state is InstanceState.DRAINING  # type: ignore[union-attr]
+
+    second = cluster.submit(name="second")
+    trial_id = second.trials[0].id
+    cluster.pump()
+    run_idle_reap(cluster.ctx)  # takes the draining agent back for the pending trial
+    cluster.run(30)
+    assert cluster.trial(trial_id).state is TrialState.RUNNING
+    assert [i.id for i in cluster.instances()] == [agent_id]  # no second launch
+
+
+def test_a_trial_killed_before_its_agent_started_it_is_cancelled_at_once() -> None:
+    cluster = Cluster(make_pool(max_idle_s=600.0))
+    agent_id = _one_idle_agent(cluster)
+    (agent,) = cluster.agents.values()
+    agent.takes_work = False  # the assignment reaches it but never starts
+
+    second = cluster.submit(name="second")
+    trial_id = second.trials[0].id
+    cluster.pump()
+    cluster.run(10)
+    assert cluster.trial(trial_id).state is TrialState.ASSIGNED
+    kill_experiment(cluster.ctx, second.experiment.id)
+    assert cluster.trial(trial_id).state is TrialState.STOPPING
+
+    cluster.run(5)  # the next heartbeat does not list the trial: nothing to stop
+    assert cluster.trial(trial_id).state is TrialState.CANCELLED
+    record = cluster.store.get_instance(agent_id)
+    assert record is not None and record.state is InstanceState.IDLE and not record.allocations
+
+
+def test_a_trial_its_agent_never_takes_is_requeued_after_the_deadline() -> None:
+    cluster = Cluster(make_pool(max_idle_s=600.0, max_instances=2))
+    agent_id = _one_idle_agent(cluster)
+    (stuck,) = cluster.agents.values()
+    stuck.takes_work = False
+
+    second = cluster.submit(name="second")
+    trial_id = second.trials[0].id
+    cluster.pump()
+    cluster.run(60)
+    run_reconcile(cluster.ctx)
+    assert cluster.trial(trial_id).state is TrialState.ASSIGNED  # within the deadline
+
+    cluster.run(70)
+    run_reconcile(cluster.ctx)
+    trial = cluster.trial(trial_id)
+    assert trial.state is not TrialState.ASSIGNED
+    assert trial.restarts == 0 and trial.preemptions == 1  # not the user's fault
+    record = cluster.store.get_instance(agent_id)
+    assert record is not None and trial_id not in record.trial_ids
+    requeued = [e for e in cluster.store.events(since=0, limit=500) if e.trial_id == trial_id]
+    assert any(
+        e.kind is EventKind.TRIAL_REQUEUED and "did not take it" in e.message for e in requeued
+    )
+
+
+def test_a_stop_never_confirmed_is_cancelled_after_the_deadline() -> None:
+    cluster = Cluster(make_pool(max_idle_s=600.0))
+    submitted = cluster.submit(name="long")
+    trial_id = submitted.trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.run(40)
+    assert cluster.trial(trial_id).state is TrialState.RUNNING
+    (agent,) = cluster.agents.values()
+    agent.obeys_stops = False  # heartbeats on, still reporting the trial running
+
+    kill_experiment(cluster.ctx, submitted.experiment.id)
+    cluster.run(60)
+    run_reconcile(cluster.ctx)
+    assert cluster.trial(trial_id).state is TrialState.STOPPING
+    cluster.run(250)
+    run_reconcile(cluster.ctx)
+    assert cluster.trial(trial_id).state is TrialState.CANCELLED
+    record = cluster.store.get_instance(agent.agent_id or "")
+    assert record is not None and not record.allocations
+    # The agent is still told to stop it, and the reaper does not take the agent from it.
+    cluster.run(600)
+    run_idle_reap(cluster.ctx)
+    run_idle_reap(cluster.ctx)
+    record = cluster.store.get_instance(agent.agent_id or "")
+    assert record is not None and record.state is not InstanceState.TERMINATED
+
+
+def test_checkpoints_reported_every_heartbeat_do_not_flood_the_event_log() -> None:
+    cluster = Cluster(make_pool(max_idle_s=600.0))
+    submitted = cluster.submit(name="ckpt")
+    trial_id = submitted.trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.run(40)
+    (agent,) = cluster.agents.values()
+    from corral.api.schemas.agent import AgentTrialState, HeartbeatRequest, TrialStatus
+    from corral.services import agents as agent_service
+
+    for step in range(20):
+        cluster.clock.advance(5)
+        agent_service.heartbeat(
+            cluster.ctx,
+            agent.agent_id or "",
+            agent.cloud_id,
+            HeartbeatRequest(
+                trials=[
+                    TrialStatus(
+                        trial_id=trial_id,
+                        state=AgentTrialState.RUNNING,
+                        latest_checkpoint=f"s3://b/ckpt-{step}",
+                    )
+                ]
+            ),
+        )
+    assert cluster.trial(trial_id).latest_checkpoint == "s3://b/ckpt-19"
+    states = [
+        e
+        for e in cluster.store.events(since=0, limit=500)
+        if e.trial_id == trial_id and e.kind is EventKind.TRIAL_STATE
+    ]
+    assert len(states) == 1  # ASSIGNED -> RUNNING; checkpoints are not transitions
