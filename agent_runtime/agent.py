@@ -86,6 +86,7 @@ class Agent:
         self._exit_when_done: int | None = None
         self._exit_deadline: float | None = None
         self._failures = 0
+        self._leftovers: list[str] | None = None  # None: not looked for yet
         now = clock.monotonic()
         self._next_register = self._next_heartbeat = self._next_flush = now
 
@@ -116,8 +117,14 @@ class Agent:
             self._finish(
                 EXIT_OK, now + self.config.stop_grace_s + self.config.interruption_margin_s
             )
+        if self._leftovers is None:
+            self._leftovers = self.executor.stop_leftovers(self.config.stop_grace_s)
         if self.agent_id is None and self._exit_when_done is None and now >= self._next_register:
             self._register(now)
+            if self.agent_id is not None:
+                for trial_id in self._leftovers:  # the trials an earlier process left behind
+                    self._hand_back(trial_id, "stopped: the agent restarted")
+                self._leftovers = []
         notice = self.watcher.poll()
         if notice is not None:
             self._interrupt(notice, notify=notice.action == "preempt")
@@ -293,7 +300,7 @@ class Agent:
             return  # already running here (a reply crossed our report): nothing to do
         assert self.agent_id is not None
         if self.leaving or self._exit_when_done is not None:
-            self._hand_back(a.trial_id)
+            self._hand_back(a.trial_id, "not started: the agent is shutting down")
             return
         spec = launch_spec(a, self.config, self.agent_id, self.executor.in_container)
         run = TrialRun(a, spec, self.executor, lambda s, line: self.logs.add(a.trial_id, s, line))
@@ -307,17 +314,14 @@ class Agent:
             run.start()
         self._send_status(run)
 
-    def _hand_back(self, trial_id: str) -> None:
-        """Work that reached an agent on its way out: report it preempted (never started) so
-        the control plane requeues it now instead of waiting for a start that never comes.
-        If the report is lost, the trial's start deadline requeues it."""
+    def _hand_back(self, trial_id: str, why: str) -> None:
+        """A trial this agent will not run (sent while it is on its way out, or left behind
+        by its previous process): report it preempted so the control plane requeues it now
+        instead of waiting for a start or an end that never comes. If the report is lost,
+        the control plane finds the trial missing from the heartbeats and requeues it."""
         assert self.agent_id is not None
-        log.info("not starting %s: this agent is shutting down; handing it back", trial_id)
-        status = TrialStatus(
-            trial_id=trial_id,
-            state=AgentTrialState.PREEMPTED,
-            message="not started: the agent is shutting down",
-        )
+        log.info("handing trial %s back: %s", trial_id, why)
+        status = TrialStatus(trial_id=trial_id, state=AgentTrialState.PREEMPTED, message=why)
         try:
             self.client.trial_status(self.agent_id, status)
         except (Unreachable, ControlPlaneError) as exc:

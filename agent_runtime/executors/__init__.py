@@ -79,6 +79,12 @@ class Executor(Protocol):
     def launch(self, spec: LaunchSpec, on_line: LineSink) -> TrialHandle:
         """Start the trial; may block (an image pull): the agent calls it off the loop."""
 
+    def stop_leftovers(self, grace_s: float) -> list[str]:
+        """Stop the trials a previous agent process on this machine left running (systemd
+        restarted the agent): SIGTERM, so they checkpoint, then SIGKILL after ``grace_s``.
+        Returns their trial ids; the agent hands them back to the control plane, which
+        requeues them to resume from their checkpoints."""
+
 
 def make_executor(config: AgentConfig) -> Executor:
     from agent_runtime.executors.process import ProcessExecutor

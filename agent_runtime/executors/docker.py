@@ -140,6 +140,23 @@ class DockerExecutor:
             kwargs["user"] = f"{uid}:{spec.gid}" if spec.gid is not None else str(uid)
         return kwargs
 
+    def stop_leftovers(self, grace_s: float) -> list[str]:
+        """Containers with Corral's trial label (this host runs only Corral's trials): Docker
+        kept them across the agent's restart; stop them (SIGTERM, SIGKILL after grace)."""
+        stopped: list[str] = []
+        for container in self._client.containers.list(all=True, filters={"label": LABEL_TRIAL}):
+            trial_id = (container.labels or {}).get(LABEL_TRIAL)
+            was_running = container.status == "running"
+            try:
+                if was_running:
+                    container.stop(timeout=max(1, int(grace_s)))
+                container.remove(force=True)
+            except Exception as exc:  # already gone, or the engine refused: say so, go on
+                log.warning("cannot clean up container %s: %s", container.id, exc)
+            if trial_id and was_running:
+                stopped.append(trial_id)
+        return stopped
+
     def launch(self, spec: LaunchSpec, on_line: LineSink) -> DockerHandle:
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self._ensure_network()

@@ -11,6 +11,9 @@ import os
 import signal
 import subprocess
 import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import IO
 
 from agent_runtime.config import AgentConfig
@@ -20,10 +23,19 @@ from agent_runtime.executors import LaunchSpec, LineSink
 _PRIVATE_PREFIXES = ("CORRAL_AGENT_",)
 
 
+PID_FILE = "pid"  # in the trial's work dir while its process group may be alive
+
+
 class ProcessHandle:
-    def __init__(self, proc: subprocess.Popen[bytes], readers: list[threading.Thread]) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        readers: list[threading.Thread],
+        pid_file: Path | None = None,
+    ) -> None:
         self._proc = proc
         self._readers = readers
+        self._pid_file = pid_file
 
     @property
     def pid(self) -> int:
@@ -52,14 +64,44 @@ class ProcessHandle:
         for stream in (self._proc.stdout, self._proc.stderr):
             if stream is not None:
                 stream.close()
+        if self._pid_file is not None:
+            self._pid_file.unlink(missing_ok=True)
 
 
 class ProcessExecutor:
     name = "process"
     in_container = False
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, sleep: Callable[[float], None] = time.sleep) -> None:
         self._config = config
+        self._sleep = sleep
+
+    def stop_leftovers(self, grace_s: float) -> list[str]:
+        """Process groups recorded in ``trials/*/pid`` by an earlier agent process, checked
+        to still be that trial's (its environment names the trial id; pids are reused)."""
+        stopped: list[str] = []
+        groups: dict[str, int] = {}
+        for pid_file in sorted((self._config.work_dir / "trials").glob(f"*/{PID_FILE}")):
+            trial_id = pid_file.parent.name
+            pid = _read_pid(pid_file)
+            if pid is not None and _runs_trial(pid, trial_id):
+                groups[trial_id] = pid
+            else:
+                pid_file.unlink(missing_ok=True)
+        for pid in groups.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
+        waited = 0.0
+        while any(_alive(p) for p in groups.values()) and waited < grace_s:
+            self._sleep(0.2)
+            waited += 0.2
+        for trial_id, pid in groups.items():
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+            (self._config.work_dir / "trials" / trial_id / PID_FILE).unlink(missing_ok=True)
+            stopped.append(trial_id)
+        return stopped
 
     def launch(self, spec: LaunchSpec, on_line: LineSink) -> ProcessHandle:
         spec.work_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +141,34 @@ class ProcessExecutor:
         ]
         for reader in readers:
             reader.start()
-        return ProcessHandle(proc, readers)
+        pid_file = spec.work_dir / PID_FILE
+        pid_file.write_text(str(proc.pid))
+        return ProcessHandle(proc, readers, pid_file)
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _runs_trial(pid: int, trial_id: str) -> bool:
+    """The process is alive and is the trial's: never signal a stranger that got the pid."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"CORRAL_TRIAL_ID={trial_id}".encode() in environ.split(b"\0") and _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for its (old) parent to reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _pump(stream: IO[bytes], name: str, on_line: LineSink) -> None:

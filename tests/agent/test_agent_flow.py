@@ -5,6 +5,8 @@ interruptions, outages and the dead man's switch."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -235,3 +237,38 @@ def test_work_refused_while_leaving_is_handed_back(make_agent, plane, tmp_path):
     h.agent._start(TrialAssignment.model_validate(assignment("t-late", entry)))
     assert _states(plane, "t-late") == ["preempted"]
     assert "t-late" not in h.agent.trials
+
+
+def test_a_restarted_agent_stops_what_its_previous_process_left_and_hands_it_back(
+    make_agent, plane, tmp_path
+):
+    """systemd restarts the agent: the old process's trial keeps running, unknown to the
+    new one. The new agent checkpoints and stops it, then reports it preempted so the
+    control plane requeues it (rather than a trial RUNNING that nobody reports)."""
+    entry = trial_script(tmp_path, CHECKPOINTING)
+    plane.heartbeat_replies = [{"start": [assignment("t-old", entry)]}]
+    first = make_agent()
+    first.step_until(lambda: "running" in _states(plane, "t-old"), advance=1.0)
+    first.step_until(lambda: plane.log_lines("t-old"), advance=1.0)
+    (run,) = first.agent.trials.values()
+
+    second = make_agent()  # same work dir, a new process
+    second.step_until(lambda: "preempted" in _states(plane, "t-old"), advance=1.0)
+    deadline = time.monotonic() + 5
+    while run._handle is not None and run._handle.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert run._handle is not None and run._handle.poll() == 0  # SIGTERM: it checkpointed
+    assert (tmp_path / "work" / "trials" / "t-old" / "checkpoints" / "step-42").exists()
+    assert not (tmp_path / "work" / "trials" / "t-old" / "pid").exists()
+    assert "t-old" not in second.agent.trials
+
+
+def test_a_restart_never_signals_a_process_that_reused_a_recorded_pid(make_agent, plane):
+    """The pid file of a long-gone trial now names another process (here: this one)."""
+    h = make_agent()
+    pid_file = Path(h.agent.config.work_dir) / "trials" / "t-gone" / "pid"
+    pid_file.parent.mkdir(parents=True)
+    pid_file.write_text(str(os.getpid()))
+    h.step_until(lambda: len(plane.posts("/heartbeat")) >= 1, advance=5.0)
+    assert _states(plane, "t-gone") == []
+    assert not pid_file.exists()

@@ -134,3 +134,37 @@ def test_no_gpus_no_device_request_and_host_network_untouched(tmp_path: Path) ->
     assert "runtime" not in kw and "user" not in kw
     executor.launch(spec, lambda s, line: None)
     assert client.created_networks == []
+
+
+def test_leftover_containers_of_a_previous_agent_are_stopped_and_removed(tmp_path: Path) -> None:
+    class Leftover(FakeContainer):
+        def __init__(self, trial_id: str, status: str) -> None:
+            super().__init__()
+            self.labels = {LABEL_TRIAL: trial_id}
+            self.status = status
+            self.stopped_with: int | None = None
+
+        def stop(self, timeout: int) -> None:
+            self.stopped_with = timeout
+
+    running, exited = Leftover("t-run", "running"), Leftover("t-done", "exited")
+    client = FakeClient()
+    seen: list[dict[str, str]] = []
+
+    class Containers:
+        def list(self, all: bool, filters: dict[str, str]) -> list[Leftover]:
+            seen.append(filters)
+            return [running, exited]
+
+    client.containers = Containers()  # type: ignore[assignment]
+    config = AgentConfig(
+        api_url="http://cp",
+        dev_token="t",  # type: ignore[arg-type]
+        dev_instance_id="i-1",
+        work_dir=tmp_path,
+    )
+    executor = DockerExecutor(config, client)
+    assert executor.stop_leftovers(30.0) == ["t-run"]
+    assert seen == [{"label": LABEL_TRIAL}]
+    assert running.stopped_with == 30 and running.removed and exited.removed
+    assert exited.stopped_with is None

@@ -148,3 +148,44 @@ def test_checkpoints_reported_every_heartbeat_do_not_flood_the_event_log() -> No
         if e.trial_id == trial_id and e.kind is EventKind.TRIAL_STATE
     ]
     assert len(states) == 1  # ASSIGNED -> RUNNING; checkpoints are not transitions
+
+
+def test_a_running_trial_its_restarted_agent_lost_is_requeued() -> None:
+    cluster = Cluster(make_pool(max_idle_s=600.0))
+    submitted = cluster.submit(name="long")
+    trial_id = submitted.trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.run(40)
+    assert cluster.trial(trial_id).state is TrialState.RUNNING
+    (agent,) = cluster.agents.values()
+    agent.running.clear()  # systemd restarted the agent; its container was cleaned up
+    agent.register()  # the new process registers again: same record
+
+    cluster.run(5)  # its first heartbeat does not list the trial
+    trial = cluster.trial(trial_id)
+    assert trial.preemptions == 1 and trial.restarts == 0
+    cluster.run(10)
+    assert cluster.trial(trial_id).state is TrialState.RUNNING  # started again, same agent
+    assert len(agent.starts) == 2
+
+
+def test_only_rank_0_missing_a_running_gang_trial_requeues_it() -> None:
+    from .harness import SPOT_1
+
+    cluster = Cluster(make_pool(SPOT_1, max_idle_s=600.0, max_instances=2))
+    submitted = cluster.submit(name="gang", resources={"slots_per_trial": 2})
+    trial_id = submitted.trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.run(40)
+    trial = cluster.trial(trial_id)
+    assert trial.state is TrialState.RUNNING and trial.placement is not None
+    rank0, rank1 = trial.placement.instance_ids
+    by_record = {a.agent_id: a for a in cluster.agents.values()}
+    by_record[rank1].running.clear()  # rank 1's part ended and was acknowledged
+    cluster.run(10)
+    assert cluster.trial(trial_id).state is TrialState.RUNNING
+    by_record[rank0].running.clear()
+    cluster.run(5)
+    assert cluster.trial(trial_id).preemptions == 1

@@ -167,31 +167,39 @@ def heartbeat(
     for status in request.trials:
         report_trial_status(ctx, agent_id, proven_cloud_id, status)
     record = _own_record(ctx, agent_id, proven_cloud_id)
-    if _cancel_stops_of_unstarted(ctx, record, {t.trial_id for t in request.trials}):
+    if _settle_unreported(ctx, record, {t.trial_id for t in request.trials}):
         record = _own_record(ctx, agent_id, proven_cloud_id)
     return _orders(ctx, record, request.trials)
 
 
-def _cancel_stops_of_unstarted(ctx: Context, record: Instance, known: set[str]) -> bool:
-    """A STOPPING trial that none of its agents runs (it was killed before any of them
-    started it, or an agent never took it) has nothing left to stop: cancel it now rather
-    than wait for a confirmation that cannot come. The agent reports every trial it holds
-    until the control plane has acknowledged its end, so absence from a heartbeat means it
-    does not run there."""
-    cancelled = False
+def _settle_unreported(ctx: Context, record: Instance, known: set[str]) -> bool:
+    """Trials on the record that the agent does not report. An agent reports every trial
+    it holds until the control plane has acknowledged its end, so absence means the trial
+    does not run there:
+    - STOPPING, and no agent of it reports it: it was killed before it started (or the
+      agent never took it); nothing is left to stop, so cancel it now;
+    - RUNNING on its rank-0 agent: the agent lost it (restarted, its container gone):
+      requeue it to resume from its checkpoint. Other ranks finish before rank 0 and
+      are forgotten once their exit is acknowledged, so only rank 0's absence counts.
+    ASSIGNED trials are simply sent again (``_orders``); their deadline covers the rest."""
+    settled = False
     for trial_id in record.trial_ids:
         if trial_id in known:
             continue
         trial = ctx.store.get_trial(trial_id)
-        if trial is None or trial.state is not TrialState.STOPPING or trial.placement is None:
+        if trial is None or trial.placement is None:
             continue
-        others = [i for i in trial.placement.instance_ids if i != record.id]
-        beats = ctx.store.heartbeats(others) if others else {}
-        if any(any(r.trial_id == trial_id for r in b.trials) for b in beats.values()):
-            continue  # another agent of the gang still runs it: its report ends it
-        reason = f"stopped before {record.id} started it"
-        cancelled |= settle_trial(ctx, trial, TrialState.CANCELLED, reason)
-    return cancelled
+        if trial.state is TrialState.STOPPING:
+            others = [i for i in trial.placement.instance_ids if i != record.id]
+            beats = ctx.store.heartbeats(others) if others else {}
+            if any(any(r.trial_id == trial_id for r in b.trials) for b in beats.values()):
+                continue  # another agent of the gang still runs it: its report ends it
+            reason = f"stopped before {record.id} started it"
+            settled |= settle_trial(ctx, trial, TrialState.CANCELLED, reason)
+        elif trial.state is TrialState.RUNNING and trial.placement.instance_ids[0] == record.id:
+            reason = f"{record.id} no longer runs it (agent restarted?)"
+            settled |= settle_trial(ctx, trial, TrialState.PENDING, reason)
+    return settled
 
 
 def _orders(ctx: Context, record: Instance, reported: Sequence[TrialStatus]) -> HeartbeatResponse:
@@ -263,7 +271,9 @@ def report_trial_status(
             ]
         )
         return moved
-    return None
+    # Never let the agent take an unapplied report for delivered: it forgets a trial once
+    # its end is acknowledged, and the trial would stay RUNNING with nobody reporting it.
+    raise AgentError(503, f"trial {status.trial_id} kept changing; report it again")
 
 
 def _apply_status(

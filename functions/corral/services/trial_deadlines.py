@@ -29,15 +29,13 @@ def settle_overdue_trials(ctx: Context) -> list[str]:
             done = settle_trial(ctx, overdue.trial, TrialState.CANCELLED, overdue.reason)
         if done:
             moved.append(overdue.trial.id)
-    if moved:
-        wake_scheduler(ctx, f"{len(moved)} trial(s) past their deadline")
     return moved
 
 
 def settle_trial(ctx: Context, trial: Trial, target: TrialState, reason: str) -> bool:
     """Move ``trial`` off its GPUs to PENDING (requeued: resumes from its checkpoint, no
-    restart used) or CANCELLED, in one conditional write with its agents; False if the
-    trial or an agent changed since it was read."""
+    restart used) or CANCELLED, in one conditional write with its agents, and wake the
+    scheduler (GPUs were freed); False if the trial or an agent changed since it was read."""
     now = ctx.clock.now()
     instances: dict[str, Instance] = {}
     for instance_id in trial.placement.instance_ids if trial.placement else ():
@@ -66,4 +64,5 @@ def settle_trial(ctx: Context, trial: Trial, target: TrialState, reason: str) ->
             )
         ]
     )
+    wake_scheduler(ctx, f"{moved.id} left its GPUs: {reason}")
     return True
