@@ -189,3 +189,24 @@ def test_only_rank_0_missing_a_running_gang_trial_requeues_it() -> None:
     by_record[rank0].running.clear()
     cluster.run(5)
     assert cluster.trial(trial_id).preemptions == 1
+
+
+def test_an_agent_draining_of_its_own_accord_gets_no_new_work() -> None:
+    from corral.api.schemas.agent import HeartbeatRequest
+    from corral.services import agents as agent_service
+
+    cluster = Cluster(make_pool(max_idle_s=600.0, max_instances=2))
+    agent_id = _one_idle_agent(cluster)
+    (agent,) = cluster.agents.values()
+    # SIGTERM or a rebalance recommendation: the agent says it drains
+    agent_service.heartbeat(cluster.ctx, agent_id, agent.cloud_id, HeartbeatRequest(draining=True))
+    record = cluster.store.get_instance(agent_id)
+    assert record is not None and record.state is InstanceState.DRAINING
+    assert record.interruption_notice_at is not None  # the reaper will not take it back
+
+    second = cluster.submit(name="second")
+    cluster.pump()
+    run_idle_reap(cluster.ctx)
+    trial = cluster.trial(second.trials[0].id)
+    assert trial.placement is None or agent_id not in trial.placement.instance_ids
+    assert len(cluster.instances()) == 2  # a replacement was launched instead

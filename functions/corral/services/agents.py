@@ -160,10 +160,13 @@ def heartbeat(
             draining=request.draining,
         )
     )
-    if request.interruption_notice and record.interruption_notice_at is None:
+    if record.interruption_notice_at is None and (request.interruption_notice or request.draining):
         from corral.services.interruptions import NoticeKind, on_interruption_notice
 
-        on_interruption_notice(ctx, proven_cloud_id, NoticeKind.INTERRUPTION)
+        # A preemption notice requeues the trials at once; an agent draining on its own
+        # (SIGTERM, a rebalance recommendation) only stops new work from landing there.
+        kind = NoticeKind.INTERRUPTION if request.interruption_notice else NoticeKind.REBALANCE
+        on_interruption_notice(ctx, proven_cloud_id, kind)
     for status in request.trials:
         report_trial_status(ctx, agent_id, proven_cloud_id, status)
     record = _own_record(ctx, agent_id, proven_cloud_id)

@@ -95,7 +95,11 @@ class TrialStatus(_Model):
 class HeartbeatRequest(_Model):
     trials: list[TrialStatus] = Field(default_factory=list)
     gpu_metrics: list[GpuMetric] = Field(default_factory=list)
-    draining: bool = False
+    draining: bool = Field(
+        default=False,
+        description="The agent takes no new work of its own accord (SIGTERM, a rebalance "
+        "recommendation); not an echo of the control plane's drain order",
+    )
     interruption_notice: bool = Field(
         default=False, description="The agent saw a spot/preemption notice in the metadata"
     )
