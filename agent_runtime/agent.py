@@ -70,9 +70,12 @@ class Agent:
         # What the control plane last said: its heartbeat reply is the truth, so a drain it
         # takes back (demand came back before the agent was terminated) is lifted here too.
         self.draining = False
-        # This machine is going away (a preemption notice or SIGTERM): no new work, whatever
-        # the control plane says; work sent anyway is handed back at once.
+        # This machine is going away (a preemption notice or SIGTERM), or was told to take
+        # no new work by a rebalance recommendation (``rebalance_action: drain``): whatever
+        # the control plane says, work sent anyway is handed back at once. Reported as
+        # ``draining`` in heartbeats, so the control plane stops sending work here.
         self.leaving = False
+        self.drain_notice = False
         self.exit_code: int | None = None
         self.interval = config.heartbeat_interval_s
         self.watcher = InterruptionWatcher(source, clock, config.interruption_poll_s)
@@ -224,7 +227,7 @@ class Agent:
         request = HeartbeatRequest(
             trials=list(statuses.values()),
             gpu_metrics=metrics,
-            draining=self.draining or self.leaving,
+            draining=self.leaving or self.drain_notice,  # our own wish, not an echo
             interruption_notice=notice is not None and notice.action == "preempt",
         )
         try:
@@ -299,7 +302,7 @@ class Agent:
         if existing is not None:
             return  # already running here (a reply crossed our report): nothing to do
         assert self.agent_id is not None
-        if self.leaving or self._exit_when_done is not None:
+        if self.leaving or self.drain_notice or self._exit_when_done is not None:
             self._hand_back(a.trial_id, "not started: the agent is shutting down")
             return
         spec = launch_spec(a, self.config, self.agent_id, self.executor.in_container)
@@ -329,6 +332,7 @@ class Agent:
 
     # --- interruptions and exit ----------------------------------------------------------
     def _interrupt(self, notice: Notice, notify: bool) -> None:
+        self.drain_notice = True
         if notice.action == "preempt":
             self.leaving = True
             grace = grace_for(notice, self.config.interruption_margin_s)
