@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pytest
 
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
@@ -89,14 +92,49 @@ def test_spot_warning_for_a_foreign_instance_changes_nothing(corral: Corral) -> 
     assert agent.cloud_id is not None and corral.state(agent.cloud_id) == "running"
 
 
-def test_a_malformed_notice_is_the_only_batch_item_failure(corral: Corral) -> None:
+def test_an_event_as_moto_delivers_it_is_applied(corral: Corral) -> None:
+    """moto's EventBridge leaves ``account`` out of what it puts on SQS: Corral does not
+    need it, so the notice is applied, not retried."""
+    agent = _agent(corral, with_trial=True)
+    assert agent.cloud_id is not None
+    event = spot_warning(agent.cloud_id)
+    del event["account"]
+
+    reply = spot_reconcile.handler(_interruptions_batch(corral, event), FakeLambdaContext())
+
+    assert reply == {"batchItemFailures": []}
+    (trial,) = corral.ctx.store.trials()
+    assert trial.state is TrialState.PENDING and trial.preemptions == 1
+
+
+def test_an_unparseable_notice_is_dropped_and_only_a_transient_failure_is_retried(
+    corral: Corral, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     arn = corral.arn(QueueName.INTERRUPTIONS)
     good = sqs_record(arn, json.dumps(spot_warning("i-0123456789abcdef0")))
     bad = sqs_record(arn, json.dumps({**spot_warning("i-0123456789abcdef0"), "detail": {}}))
+    junk = sqs_record(arn, "not json")
+    flaky = sqs_record(arn, json.dumps(spot_warning("i-0fedcba9876543210")))
+    real = spot_reconcile.on_interruption_notice
 
-    reply = spot_reconcile.handler(corral.batch([good, bad]), FakeLambdaContext())
+    def store_down_for_flaky(ctx: Any, instance_id: str, kind: Any) -> bool:
+        if instance_id == "i-0fedcba9876543210":
+            raise ConnectionError("DynamoDB unreachable")
+        return real(ctx, instance_id, kind)
 
-    assert reply == {"batchItemFailures": [{"itemIdentifier": bad["messageId"]}]}
+    monkeypatch.setattr(spot_reconcile, "on_interruption_notice", store_down_for_flaky)
+
+    reply = spot_reconcile.handler(corral.batch([good, bad, junk, flaky]), FakeLambdaContext())
+
+    # Retrying can never make the bad and junk records parse: they are dropped, and said so.
+    assert reply == {"batchItemFailures": [{"itemIdentifier": flaky["messageId"]}]}
+    dropped = [r for r in caplog.records if r.getMessage() == "unparseable event dropped"]
+    assert [(r.levelname, getattr(r, "message_id", None)) for r in dropped] == [
+        ("ERROR", bad["messageId"]),
+        ("ERROR", junk["messageId"]),
+    ]
+    assert "detail.instance-id" in getattr(dropped[0], "reason", "")
+    assert getattr(dropped[1], "body", None) == "not json"
 
 
 def test_reconcile_terminates_a_tagged_orphan_after_grace_never_an_untagged_one(

@@ -153,7 +153,10 @@ def interrupt(state: StateDir, session: Any, instance_id: str, notice_s: float) 
     try:
         found = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
     except Exception as exc:
-        raise FaultError(f"no instance {instance_id}: {exc}") from None
+        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        if code.startswith("InvalidInstanceID"):  # .NotFound, .Malformed
+            raise FaultError(f"no EC2 instance {instance_id} in the local stack") from None
+        raise FaultError(f"cannot look up {instance_id} in moto: {exc}") from None
     instance = found[0]["Instances"][0] if found and found[0]["Instances"] else None
     if instance is None or instance["State"]["Name"] not in ("pending", "running"):
         raise FaultError(f"instance {instance_id} is not running")

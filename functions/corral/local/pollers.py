@@ -6,6 +6,10 @@ the records named in ``batchItemFailures`` stay on the queue (and so does the wh
 the reply is malformed); the rest are deleted. Records left on the queue come back after the
 queue's visibility timeout, and SQS moves them to the DLQ after ``maxReceiveCount`` receives:
 both are SQS's doing (moto's here), so retries and dead-lettering behave as deployed.
+
+On a queue an EventBridge rule feeds (``QueueSource.eventbridge``), each event is first given
+the envelope fields moto leaves out (``eventbridge.complete_message``), so the handler sees
+what AWS would have delivered.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 import threading
 from typing import Any
 
+from corral.local.eventbridge import account_of, complete_message
 from corral.local.lambda_host import FunctionHost
 from corral.local.resources import QueueSource
 
@@ -113,6 +118,9 @@ class QueuePoller:
         messages = reply.get("Messages") or []
         if not messages:
             return 0
+        if self.source.eventbridge:
+            account = account_of(self.source.queue_arn)
+            messages = [complete_message(m, account=account, region=self._region) for m in messages]
         if self.source.raw_events:
             done = [m for m in messages if self._deliver_raw(m)]
         else:

@@ -2,17 +2,19 @@
 each queue, timer and HTTP API feeds.
 
 Physical names follow CloudFormation: the name the template gives, else ``<stack>-<LogicalId>``.
-Two moto gaps are bridged here (see docs/TOOLING): schedules never fire and a schedule-only
+Three moto gaps are bridged here (see docs/TOOLING): schedules never fire and a schedule-only
 rule wrongly matches every event, so schedule rules become local timers and are never created
-in moto; and a rule targeting a Lambda crashes ``put_events``, so such a rule targets a local
-"shadow" queue whose messages the pollers hand to that function.
+in moto; a rule targeting a Lambda crashes ``put_events``, so such a rule targets a local
+"shadow" queue whose messages the pollers hand to that function; and what moto's rules put on
+a queue lacks envelope fields AWS always sends (``account``), so every queue a rule feeds is
+marked ``eventbridge`` and its poller completes the events (``eventbridge.py``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,7 @@ class QueueSource:
     batch_size: int = 10
     report_failures: bool = False
     raw_events: bool = False  # deliver each body as the event itself (EventBridge -> Lambda)
+    eventbridge: bool = False  # a rule feeds it: complete the events moto delivers
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class LocalResources:
     http: FunctionSpec | None = None
     http_route: str = "$default"  # "ANY /{proxy+}" for a proxy route, as API Gateway names it
     queue_urls: dict[str, str] = field(default_factory=dict)  # logical id -> URL
+    rule_targets: set[str] = field(default_factory=set)  # ARNs of queues rules send to
     tables: dict[str, str] = field(default_factory=dict)  # logical id -> name
     warnings: list[str] = field(default_factory=list)
 
@@ -121,6 +125,10 @@ def create_from_template(
     events = session.client("events")
     _create_rules(template, events, session.client("sqs"), r, out)
     _read_function_events(template, events, session.client("sqs"), r, out)
+    out.queues = [
+        replace(q, eventbridge=True) if q.raw_events or q.queue_arn in out.rule_targets else q
+        for q in out.queues
+    ]
     out.warnings.extend(f"unresolved {what}" for what in dict.fromkeys(r.unresolved))
     return out
 
@@ -267,10 +275,14 @@ def _route_pattern(
         spec = _function_by_arn(r, out, arn)
         if spec is None:
             sqs_targets.append({"Id": target_id, "Arn": str(arn)})
+            out.rule_targets.add(str(arn))
             continue
         url, shadow_arn = _shadow_queue(sqs, r, f"{rule}-{target_id}")
         sqs_targets.append({"Id": target_id, "Arn": shadow_arn})
-        out.queues.append(QueueSource(spec, url, shadow_arn, batch_size=1, raw_events=True))
+        out.rule_targets.add(shadow_arn)
+        out.queues.append(
+            QueueSource(spec, url, shadow_arn, batch_size=1, raw_events=True, eventbridge=True)
+        )
     if sqs_targets:
         events.put_targets(Rule=rule, Targets=sqs_targets, **({"EventBusName": bus} if bus else {}))
 

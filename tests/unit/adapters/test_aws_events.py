@@ -115,3 +115,28 @@ def test_the_parser_imports_neither_boto3_nor_botocore() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("name", ["spot_interruption_warning", "state_change"])
+def test_envelope_fields_corral_does_not_use_may_be_missing(name: str) -> None:
+    """EventBridge always sends these, but Corral reads none of them: their absence (as in
+    moto's SQS deliveries, which omit ``account``) must not make the event unreadable."""
+    event = load(name)
+    for key in ("version", "id", "account", "time", "region", "resources"):
+        del event[key]
+    parsed = parse_event(event)
+    assert parsed.instance_id == "i-1234567890abcdef0"
+    assert (parsed.account, parsed.id, parsed.time, parsed.resources) == (None, None, None, ())
+
+
+def test_what_moto_delivers_to_sqs_parses() -> None:
+    """The body moto 5's EventBridge puts on an SQS target (no ``account``)."""
+    body = (
+        '{"id": "b5ef0a07-8dfe-4260-b88c-a4c6bae20f52", "time": "2026-11-25T08:22:07Z", '
+        '"version": "0", "detail-type": "EC2 Spot Instance Interruption Warning", '
+        '"source": "aws.ec2", "region": "us-east-1", "resources": [], '
+        '"detail": {"instance-id": "i-0123456789abcdef0", "instance-action": "terminate"}}'
+    )
+    event = parse_event(body)
+    assert isinstance(event, SpotInterruptionWarning)
+    assert event.instance_id == "i-0123456789abcdef0" and event.account is None

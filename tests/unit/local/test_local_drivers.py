@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import threading
 from collections.abc import Iterator
@@ -147,3 +148,55 @@ def test_http_api_v2_event_and_reply() -> None:
         }
     )
     assert (status, headers, cookies, body) == (201, {"x-a": "1"}, ["c=1"], b"hi")
+
+
+def test_events_from_a_rule_get_what_moto_leaves_out_and_keep_it_on_retry(
+    sqs: tuple[Any, str],
+) -> None:
+    client, url = sqs
+    from_moto = {  # what moto's EventBridge puts on an SQS target: no "account"
+        "id": "b5ef0a07-8dfe-4260-b88c-a4c6bae20f52",
+        "time": "2026-01-02T03:04:05Z",
+        "version": "0",
+        "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2",
+        "region": "us-east-1",
+        "resources": [],
+        "detail": {"instance-id": "i-0123456789abcdef0", "instance-action": "terminate"},
+    }
+    bare = {"detail-type": "EC2 Instance Rebalance Recommendation", "source": "aws.ec2"}
+    others = ["not json", json.dumps({"kind": "schedule"})]
+    for body in [json.dumps(from_moto), json.dumps(bare), *others]:
+        client.send_message(QueueUrl=url, MessageBody=body)
+    batches: list[list[dict[str, Any]]] = []
+
+    def fail_everything_once(event: dict[str, Any]) -> dict[str, Any]:
+        batches.append(event["Records"])
+        ids = [r["messageId"] for r in event["Records"]] if len(batches) == 1 else []
+        return {"batchItemFailures": [{"itemIdentifier": i} for i in ids]}
+
+    arn = "arn:aws:sqs:us-east-1:210987654321:q"
+    source = QueueSource(SPEC, url, arn, 10, True, eventbridge=True)
+    host = host_for(Recorder(fail_everything_once))
+    p = QueuePoller(source, client, host, "us-east-1", threading.Event())
+    assert p.poll_once() == 4 and p.poll_once() == 4
+
+    first, again = ({r["messageId"]: r["body"] for r in batch} for batch in batches)
+    assert first == again  # a retried message is the same event: same id, same time
+    bodies = sorted(first.values())
+    events = [json.loads(b) for b in bodies if b.startswith('{"version"')]
+    completed_moto, completed_bare = sorted(events, key=lambda e: e["id"] != from_moto["id"])
+    assert completed_moto == {**from_moto, "account": "210987654321"}  # nothing else changed
+    assert list(completed_moto)[:5] == ["version", "id", "detail-type", "source", "account"]
+    assert set(completed_bare) - set(bare) == {
+        "version",
+        "id",
+        "account",
+        "time",
+        "region",
+        "resources",
+    }
+    assert completed_bare["account"] == "210987654321" and completed_bare["region"] == "us-east-1"
+    assert set(others) <= set(bodies)  # not EventBridge events: passed on as they came
+    for record in batches[0]:
+        assert record["md5OfBody"] == hashlib.md5(record["body"].encode()).hexdigest()

@@ -111,3 +111,46 @@ def test_spot_warning_reaches_the_interruptions_queue(created: tuple[Any, LocalR
         .get("Messages", [])
     )
     assert [json.loads(m["Body"])["detail-type"] for m in got] == [SPOT_WARNING]
+
+
+def test_ec2_events_reach_spot_reconcile_as_aws_sends_them(
+    created: tuple[Any, LocalResources],
+) -> None:
+    """moto's EventBridge leaves ``account`` out of what it puts on an SQS target; the
+    queue's event source mapping hands the function the event with every field AWS sends."""
+    import threading
+
+    from corral.local.faults import SPOT_WARNING, STATE_CHANGE, put_ec2_event
+    from corral.local.lambda_host import FunctionHost
+    from corral.local.pollers import QueuePoller
+
+    session, res = created
+    instance = "i-0123456789abcdef0"
+    put_ec2_event(
+        session, SPOT_WARNING, instance, {"instance-id": instance, "instance-action": "terminate"}
+    )
+    put_ec2_event(session, STATE_CHANGE, instance, {"instance-id": instance, "state": "terminated"})
+    (source,) = [q for q in res.queues if q.eventbridge]  # only the one a rule feeds
+    assert source.function.logical_id == "SpotReconcileFunction"
+    received: list[dict[str, Any]] = []
+
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        received.extend(json.loads(r["body"]) for r in event["Records"])
+        return {"batchItemFailures": []}
+
+    host = FunctionHost("us-east-1", loader=lambda dotted: handler)
+    poller = QueuePoller(source, session.client("sqs"), host, "us-east-1", threading.Event())
+    while poller.poll_once():
+        pass
+
+    real = json.loads((ROOT / "tests" / "fixtures" / "events" / "state_change.json").read_text())
+    assert sorted(e["detail-type"] for e in received) == sorted([SPOT_WARNING, STATE_CHANGE])
+    for event in received:
+        assert set(event) == set(real), event
+        assert (event["account"], event["region"], event["version"]) == (
+            "123456789012",
+            "us-east-1",
+            "0",
+        )
+        assert event["time"].endswith("Z") and event["id"]
+        assert event["resources"] == [f"arn:aws:ec2:us-east-1:123456789012:instance/{instance}"]

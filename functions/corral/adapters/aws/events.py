@@ -58,15 +58,22 @@ class _Model(BaseModel):
 
 
 class _Envelope(_Model):
-    """The fields every EventBridge event has (Powertools' EventBridgeModel, minus botocore)."""
+    """The fields of an EventBridge event (Powertools' EventBridgeModel, minus botocore).
 
-    version: str
-    id: str
+    Only what Corral acts on is required: ``detail-type``, ``source`` and the detail fields of
+    each kind. EventBridge always sends the others too, but nothing here reads them, and an
+    event must not become unreadable (and, on a queue, retried until it dead-letters) for
+    lack of one: moto's EventBridge, for one, leaves ``account`` out of what it puts on SQS.
+    A field that is present is still checked (a ``time`` that is not a time is an error).
+    """
+
+    version: str | None = None
+    id: str | None = None
     detail_type: str = Field(alias="detail-type")
     source: str
-    account: str
-    time: datetime
-    region: str
+    account: str | None = None
+    time: datetime | None = None
+    region: str | None = None
     resources: tuple[str, ...] = ()
 
 

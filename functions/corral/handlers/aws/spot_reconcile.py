@@ -5,6 +5,11 @@
   interruption warning, rebalance recommendation, state change), applied on its own and
   reported in ``batchItemFailures`` if it fails. Events about instances that are not ours
   arrive too (the rules cannot filter by tag): the services ignore them.
+
+A record fails (and SQS retries it, then dead-letters it) only when retrying can help: the
+store or EC2 failed. A body that can never parse (not JSON, no ``detail.instance-id`` ...) is
+dropped at once with an error log carrying the body and an ``EventsUnparseable`` metric, so
+it neither waits out the retries nor delays the good records of later batches.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from corral.adapters.aws.events import (
+    EventParseError,
     InstanceStateChange,
     RebalanceRecommendation,
     SpotInterruptionWarning,
@@ -36,6 +42,7 @@ logger = make_logger("spot_reconcile")
 metrics = make_metrics("spot_reconcile")
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 _TERMINATIONS = ("Terminate", "TerminateCloud")
+_LOGGED_BODY_CHARS = 4096  # EC2 events are well under 1 KB; enough to see what came
 
 
 def record_handler(record: SQSRecord) -> str:
@@ -55,7 +62,21 @@ def _apply(record: SQSRecord) -> str:
         # Well-formed but not ours to handle (a rule widened by hand): drop, don't retry.
         logger.warning("unsupported event dropped", extra={"reason": str(error)})
         return "unsupported"
-    logger.set_correlation_id(event.id)  # EventBridge's id, as the rule's logs show it
+    except EventParseError as error:
+        # The same body fails the same way on every retry: drop it now, loudly, rather
+        # than report it failed until SQS dead-letters it.
+        logger.error(
+            "unparseable event dropped",
+            extra={
+                "message_id": record.message_id,
+                "reason": str(error),
+                "body": record.body[:_LOGGED_BODY_CHARS],
+            },
+        )
+        count(metrics, {"EventsUnparseable": 1})
+        return "unparseable"
+    # EventBridge's id, as the rule's logs show it (the message id if the event has none).
+    logger.set_correlation_id(event.id or record.message_id)
     ctx = composition.build_context()
     if isinstance(event, SpotInterruptionWarning):
         ours = on_interruption_notice(ctx, event.instance_id, NoticeKind.INTERRUPTION)
