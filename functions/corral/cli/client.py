@@ -12,6 +12,7 @@ to sign for a deployed API. Every failure is a ``CliError``: one line, a non-zer
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -53,7 +54,7 @@ def resolve_endpoint(option: str | None = None, state: StateDir | None = None) -
             "no Corral endpoint: pass --endpoint, set CORRAL_ENDPOINT, or start the local "
             "stack with `corral dev up`"
         )
-    url = url.rstrip("/")
+    url = check_url(url)
     host = urllib.parse.urlsplit(url).hostname or ""
     match = _EXECUTE_API.match(host)
     if match:
@@ -62,6 +63,34 @@ def resolve_endpoint(option: str | None = None, state: StateDir | None = None) -
     if token is None and (option is None or option.rstrip("/") == state.endpoint()):
         token = state.token()  # only hand the local stack's token to the local stack
     return Endpoint(url, token)
+
+
+def check_url(url: str) -> str:
+    """``url`` without a trailing slash, if it can be an API endpoint (``http(s)://HOST[:PORT]``
+    and a path); otherwise a one-line ``CliError`` saying what is wrong with it."""
+    text = url.strip()
+    usage = "want http://HOST[:PORT] or https://HOST"
+
+    def bad(problem: str) -> CliError:
+        return CliError(f"bad endpoint {url!r}: {problem} ({usage})", EXIT_USAGE)
+
+    if not text or any(c.isspace() for c in text):
+        raise bad("not a URL")
+    try:
+        parts = urllib.parse.urlsplit(text)
+        port = parts.port  # parses it: raises on a port that is not a number in range
+    except ValueError as exc:
+        problem = "bad port" if "port" in str(exc).lower() else "not a URL"
+        raise bad(f"{problem}: {exc}") from None
+    if not parts.scheme:
+        raise bad("not a URL")
+    if parts.scheme.lower() not in ("http", "https"):
+        raise bad(f"the scheme must be http or https, not {parts.scheme!r}")
+    if not parts.hostname:
+        raise bad("no host")
+    if port == 0:
+        raise bad("bad port 0")
+    return text.rstrip("/")
 
 
 def _error_message(status: int, body: bytes) -> str:
@@ -120,8 +149,13 @@ class ApiClient:
                 message += " (check CORRAL_TOKEN / your AWS credentials)"
             raise CliError(message, EXIT_USAGE if 400 <= exc.code < 500 else EXIT_ERROR) from None
         except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise CliError(f"cannot reach {self.endpoint.url}: {reason}") from None
+            raise CliError(f"cannot reach {self.endpoint.url}: {_reason(exc)}") from None
+        except http.client.HTTPException as exc:  # it answered, but not in HTTP
+            raise CliError(
+                f"cannot reach {self.endpoint.url}: bad reply ({type(exc).__name__})"
+            ) from None
+        except ValueError as exc:  # a URL urllib refuses (an Endpoint made by hand)
+            raise CliError(f"bad endpoint {self.endpoint.url!r}: {exc}", EXIT_USAGE) from None
         if not raw:
             return None
         try:
@@ -130,6 +164,16 @@ class ApiClient:
             raise CliError(
                 f"{method} {path}: the API answered something that is not JSON"
             ) from None
+
+
+def _reason(exc: BaseException) -> str:
+    """``Connection refused`` rather than ``<urlopen error [Errno 111] Connection refused>``."""
+    reason: Any = getattr(exc, "reason", exc)
+    if isinstance(reason, OSError) and reason.strerror:
+        return str(reason.strerror)
+    if isinstance(reason, TimeoutError) or isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(reason) or type(reason).__name__
 
 
 def _q(value: Any) -> str:

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from corral.cli import render
-from corral.cli.client import CliError
+from corral.cli.client import ApiClient, CliError, check_url, resolve_endpoint
 from corral.local.state import STATE_ENV, StateDir, pid_alive
 
 app = typer.Typer(
@@ -220,24 +220,60 @@ def _session(state: StateDir):  # type: ignore[no-untyped-def]
     ), aws
 
 
+INSTANCE_HELP = (
+    "The instance: its Corral record id (inst-..., the first column of `corral agent list`) "
+    "or its EC2 id (i-..., the CLOUD ID column)."
+)
+
+
+def _cloud_id(ident: str, endpoint: str | None, state: StateDir) -> str:
+    """The EC2 id of ``ident``: itself if it is one, else the ``cloud_id`` of the record of
+    that id, as the stack's API lists it (terminated records included)."""
+    if ident.startswith("i-"):
+        return ident
+    if not ident.startswith("inst-"):
+        raise CliError("INSTANCE_ID must be a record id (inst-...) or an EC2 id (i-...)", 2)
+    client = ApiClient(resolve_endpoint(endpoint or state.endpoint(), state))
+    reply = client.get("/agents", {"all": True})
+    records = reply.get("instances") if isinstance(reply, dict) else None
+    for record in records or []:
+        if isinstance(record, dict) and record.get("id") == ident:
+            cloud_id = record.get("cloud_id")
+            if not cloud_id:
+                raise CliError(f"{ident} has no EC2 instance yet ({record.get('state') or '?'})")
+            return str(cloud_id)
+    raise CliError(f"no instance record {ident} (`corral agent list --all` lists them)")
+
+
 @app.command("interrupt")
 def interrupt(
-    instance_id: Annotated[str, typer.Argument(metavar="INSTANCE_ID", help="EC2 id (i-...).")],
+    instance_id: Annotated[str, typer.Argument(metavar="INSTANCE_ID", help=INSTANCE_HELP)],
     notice: Annotated[float, typer.Option(help="Seconds from warning to termination.")] = 10.0,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint", help="API that resolves inst-... ids (default: the local stack's)."
+        ),
+    ] = None,
 ) -> None:
     """Interrupt a spot instance: warning via EventBridge and metadata, then termination."""
     from corral.local import faults
 
     with render.guard():
+        ident = instance_id.strip()
+        if endpoint is not None:
+            check_url(endpoint)  # a bad one is an error whichever id was given
         state = _state()
         session, aws = _session(state)
+        cloud_id = _cloud_id(ident, endpoint, state)
         os.environ["AWS_ENDPOINT_URL"] = aws
         try:
-            at = faults.interrupt(state, session, instance_id, notice)
+            at = faults.interrupt(state, session, cloud_id, notice)
         except faults.FaultError as exc:
             raise CliError(str(exc)) from None
+        shown = cloud_id if cloud_id == ident else f"{ident} ({cloud_id})"
         render.console.print(
-            f"spot interruption warning sent to {instance_id}; terminated in "
+            f"spot interruption warning sent to {shown}; terminated in "
             f"{max(0.0, at - time.time()):.0f} s"
         )
 
