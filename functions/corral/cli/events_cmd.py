@@ -32,7 +32,12 @@ def events(
     ] = False,
     since: Annotated[float, typer.Option(help="Only events after this epoch time.")] = 0.0,
     pool: Annotated[str | None, typer.Option(help="Only this pool.")] = None,
-    limit: Annotated[int, typer.Option(help="Page size.")] = 200,
+    limit: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Print at most this many events (with --follow: per page, no end)."
+        ),
+    ] = 200,
     json_out: JsonOption = False,
     endpoint: EndpointOption = None,
     poll_s: Annotated[float, typer.Option(hidden=True)] = 2.0,
@@ -40,17 +45,21 @@ def events(
     """Print the event log, oldest first; --follow keeps printing new events."""
     with render.guard():
         client = client_from(endpoint)
+        left = limit  # without --follow, --limit is the number printed, not a page size
         while True:
             page = client.get("/events", {"since": since, "limit": limit, "pool": pool})
             if json_out and not follow:
                 render.print_json(page)
                 return
-            for e in page.get("events") or []:
+            for e in (page.get("events") or [])[: None if follow else left]:
                 if json_out:
                     print(json.dumps(e, sort_keys=True), flush=True)
                 else:
                     render.console.print(event_line(e), markup=False)
+                left -= 1
             since = float(page.get("next_since", since))
+            if not follow and left <= 0:
+                return
             if page.get("has_more"):
                 continue
             if not follow:

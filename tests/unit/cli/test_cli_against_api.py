@@ -101,3 +101,16 @@ def test_errors_are_one_line_with_a_nonzero_exit(
     monkeypatch.delenv("CORRAL_ENDPOINT")
     nowhere = cli("pool", "list")
     assert nowhere.exit_code == 1 and "corral dev up" in nowhere.output
+
+
+def test_events_limit_prints_that_many(api: tuple[str, Cluster], tmp_path: Path) -> None:
+    _, cluster = api
+    for _ in range(3):
+        cli("experiment", "create", str(grid_config(tmp_path)))
+    cluster.pump()
+    cluster.run(60)
+    everything = cli("events", "--limit", "1000").output.splitlines()
+    assert len(everything) > 5
+    three = cli("events", "--limit", "3")
+    assert three.exit_code == 0
+    assert three.output.splitlines() == everything[:3]
