@@ -41,8 +41,9 @@ def _device_request(device_ids: list[str]) -> object:
 
 
 class DockerHandle:
-    def __init__(self, container: Any) -> None:
+    def __init__(self, container: Any, readers: list[threading.Thread] | None = None) -> None:
         self._container = container
+        self._readers = readers or []
 
     def poll(self) -> int | None:
         try:
@@ -54,6 +55,10 @@ class DockerHandle:
             return None  # the engine hiccuped; the container is probably still fine
         if self._container.status not in ("exited", "dead"):
             return None
+        # The log streams end with the container: let them deliver the last lines (often
+        # the error) before the exit is reported, as the process executor does.
+        for reader in self._readers:
+            reader.join(timeout=2.0)
         return int(self._container.attrs.get("State", {}).get("ExitCode", 255))
 
     def terminate(self) -> None:
@@ -169,17 +174,20 @@ class DockerExecutor:
             )
         # containers.run pulls a missing image first; the agent calls launch off its loop.
         container = self._client.containers.run(**self.run_kwargs(spec))
+        readers = []
         for stream in ("stdout", "stderr"):
             chunks = container.logs(
                 stream=True, follow=True, stdout=stream == "stdout", stderr=stream == "stderr"
             )
-            threading.Thread(
+            reader = threading.Thread(
                 target=_pump,
                 args=(chunks, stream, on_line),
                 name=f"log-{spec.trial_id}-{stream}",
                 daemon=True,
-            ).start()
-        return DockerHandle(container)
+            )
+            reader.start()
+            readers.append(reader)
+        return DockerHandle(container, readers)
 
 
 def _pump(chunks: Iterable[bytes], stream: str, on_line: LineSink) -> None:

@@ -168,3 +168,51 @@ def test_leftover_containers_of_a_previous_agent_are_stopped_and_removed(tmp_pat
     assert seen == [{"label": LABEL_TRIAL}]
     assert running.stopped_with == 30 and running.removed and exited.removed
     assert exited.stopped_with is None
+
+
+def test_the_exit_is_reported_only_after_the_last_log_lines(tmp_path: Path) -> None:
+    """The log stream ends with the container: lines still in it when the engine already
+    says 'exited' must reach the sink before poll() reports the exit code."""
+    import threading
+
+    exited = threading.Event()
+
+    class Slow(FakeContainer):
+        def logs(self, **kw: Any) -> Any:
+            if not kw["stdout"]:
+                return iter(())
+
+            def chunks() -> Any:
+                yield b"first\n"
+                exited.wait(timeout=5)
+                yield b"last words\n"
+
+            return chunks()
+
+        def reload(self) -> None:
+            self.status = "exited"
+            exited.set()
+
+    client = FakeClient()
+    client.container = Slow()
+    config = AgentConfig(
+        api_url="http://cp",
+        dev_token="t",  # type: ignore[arg-type]
+        dev_instance_id="i-1",
+        default_trial_image="img",
+        work_dir=tmp_path,
+    )
+    lines: list[str] = []
+    spec = LaunchSpec(
+        trial_id="t-1",
+        experiment_id="e-1",
+        agent_id="rec-1",
+        command=["true"],
+        env={},
+        gpus=[],
+        work_dir=tmp_path / "w",
+        checkpoint_dir=tmp_path / "c",
+    )
+    handle = DockerExecutor(config, client).launch(spec, lambda _s, line: lines.append(line))
+    assert handle.poll() == 0
+    assert lines == ["first", "last words"]
