@@ -212,3 +212,18 @@ def test_large_experiments_are_paged_not_returned_whole(api: ApiClient) -> None:
     assert (len(rest["trials"]), rest["next_offset"]) == (50, None)
     ids = [t["id"] for t in first["trials"] + rest["trials"]]
     assert len(set(ids)) == 150
+
+
+def test_every_problem_of_a_config_is_named_at_once(api: ApiClient) -> None:
+    """Field errors, Determined-spelling conflicts and cross-field rules in one reply."""
+    config = {
+        "entrypoint": "x",
+        "image": "a",
+        "environment": {"image": "b"},
+        "max_restarts": -1,
+        "hyperparameters": {"lr": {"type": "double", "minval": 1, "maxval": 0}},
+    }
+    reply = api.post("/experiments", {"config": config})
+    assert reply.status == 422, reply.text
+    fields = [e["field"] for e in reply.json["errors"]]
+    assert {"image", "max_restarts", "hyperparameters.lr.minval"} <= set(fields), reply.text

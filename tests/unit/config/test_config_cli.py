@@ -45,7 +45,10 @@ def test_invalid_cluster_prints_problems_and_exits_2(tmp_path: Path) -> None:
     code, out, err = run(str(bad))
     assert code == 2
     assert out == []
-    assert err == ["resource_pools[0].provider.max_instances: must be >= min_instances"]
+    assert err == [
+        "resource_pools[0].provider.max_instances: must be >= min_instances",
+        "resource_pools[1].name: duplicate pool name 'default' (also resource_pools[0])",
+    ]
 
 
 def test_several_problems_one_line_each(tmp_path: Path) -> None:

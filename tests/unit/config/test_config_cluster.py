@@ -302,6 +302,8 @@ def test_gcp_label_and_name_rules() -> None:
         "digits, '_' and '-', at most 63 characters, starting with a letter)",
         "resource_pools[0].provider.name_prefix: must start with a lowercase letter and use "
         "only lowercase letters, digits and '-', at most 50 characters",
+        "resource_pools[0].provider.labels.team: must be a GCP label value (lowercase "
+        "letters, digits, '_' and '-', at most 63 characters)",
     ]
     bad_label = {"resource_pools": [gcp_pool(labels={"team": "ML"})]}
     assert problems(bad_label) == [

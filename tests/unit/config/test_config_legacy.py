@@ -94,7 +94,10 @@ def test_provisioner_and_resource_pools_conflict() -> None:
     data = {"provisioner": {"provider": "aws"}, "resource_pools": []}
     with pytest.raises(ConfigError) as info:
         load_cluster_config(dump(data))
-    assert str(info.value) == "provisioner: cannot be combined with resource_pools"
+    assert [str(p) for p in info.value.problems] == [
+        "provisioner: cannot be combined with resource_pools",
+        "resource_pools: must not be empty",
+    ]
 
 
 def test_determined_master_example_loads_with_warnings() -> None:

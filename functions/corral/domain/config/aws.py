@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from corral.domain import catalog
 from corral.domain.config.common import (
@@ -15,7 +15,9 @@ from corral.domain.config.common import (
     NonEmptyStr,
     OneOrMany,
     Ownership,
+    RuleProblems,
     StrList,
+    rule,
     unique,
 )
 from corral.domain.config.errors import field_error, rule_error
@@ -50,6 +52,15 @@ class AwsNetworkInterface(FrozenModel):
 class AwsTag(FrozenModel):
     key: NonEmptyStr = Field(max_length=128)
     value: str = Field(default="", max_length=256)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if value.lower().startswith("aws:"):
+            raise field_error("must not start with 'aws:'")
+        if value == "Name":
+            raise field_error(f"{value!r} is set by Corral (ownership tag or instance name)")
+        return value
 
 
 class AwsProvider(CommonProvider):
@@ -103,27 +114,29 @@ class AwsProvider(CommonProvider):
             )
         return value
 
-    @model_validator(mode="after")
-    def _check_aws(self) -> Self:
+    @rule
+    def _spot_price_needs_spot(self) -> RuleProblems:
         if self.spot_max_price is not None and not self.spot:
-            raise rule_error("spot_max_price", "only allowed with spot: true")
+            yield rule_error("spot_max_price", "only allowed with spot: true")
+
+    @rule
+    def _slots_for_unknown_types(self) -> RuleProblems:
         unknown = [t for t in self.instance_type if catalog.lookup_aws(t) is None]
         if unknown and self.instance_slots is None:
-            raise rule_error(
+            yield rule_error(
                 "instance_slots",
                 f"required because instance type {unknown[0]!r} is not in the catalog "
                 "(set the number of GPUs it has)",
             )
-        reserved = {self.tag_key, "Name"}
+
+    @rule
+    def _custom_tag_keys(self) -> RuleProblems:
         for i, tag in enumerate(self.custom_tags):
-            if tag.key.lower().startswith("aws:"):
-                raise rule_error(f"custom_tags[{i}].key", "must not start with 'aws:'")
-            if tag.key in reserved:
-                raise rule_error(
+            if tag.key == self.tag_key:
+                yield rule_error(
                     f"custom_tags[{i}].key",
                     f"{tag.key!r} is set by Corral (ownership tag or instance name)",
                 )
-        return self
 
     # --- used by the pool and the domain
     @property

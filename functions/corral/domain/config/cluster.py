@@ -7,13 +7,21 @@ on the cloud; cloud-specific settings stay on ``pool.provider`` for the adapters
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from functools import cached_property
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator
 
 from corral.domain.config.aws import AwsProvider
-from corral.domain.config.common import FrozenModel, Ownership
+from corral.domain.config.common import (
+    FrozenModel,
+    Ownership,
+    Partial,
+    RuleProblems,
+    Unavailable,
+    rule,
+)
 from corral.domain.config.errors import field_error, rule_error
 from corral.domain.config.gcp import LABEL_RULE, GcpProvider
 from corral.domain.offerings import Offering
@@ -39,13 +47,13 @@ class ResourcePool(FrozenModel):
             )
         return value
 
-    @model_validator(mode="after")
-    def _check_pool(self) -> Self:
-        if self.provider.type == "gcp" and not _GCP_POOL_NAME.match(self.name):
-            raise rule_error(
+    @rule
+    def _gcp_name(self) -> RuleProblems:
+        # Only the provider's type matters here, so a provider with other problems still counts.
+        if _provider_type(self) == "gcp" and not _GCP_POOL_NAME.match(self.name):
+            yield rule_error(
                 "name", f"must be a valid GCP label value ({LABEL_RULE}): it labels instances"
             )
-        return self
 
     # --- cloud-neutral view for the domain
     @property
@@ -124,32 +132,76 @@ class ResourcePool(FrozenModel):
         return max((o.slots for o in self.offerings()), default=0)
 
 
+def _provider_type(pool: ResourcePool) -> object:
+    """The pool's cloud: from its provider, or from the input when the provider has problems."""
+    subject: object = pool
+    if isinstance(subject, Partial):
+        provider = subject.raw("provider")
+        return provider.get("type") if isinstance(provider, Mapping) else None
+    return pool.provider.type
+
+
+def _raw_pools(config: ClusterConfig) -> list[object] | None:
+    """The input's pool list when some pool has problems (None when all are valid)."""
+    subject: object = config
+    if isinstance(subject, Partial) and subject.failed_at("resource_pools"):
+        pools = subject.raw("resource_pools")
+        if not isinstance(pools, list):
+            raise Unavailable("resource_pools")
+        return pools
+    return None
+
+
+def _valid_pool_names(config: ClusterConfig) -> Iterator[tuple[int, str]]:
+    """(index, name) of every pool whose name is valid, even when the pool has problems."""
+    pools = _raw_pools(config)
+    if pools is None:
+        yield from ((i, pool.name) for i, pool in enumerate(config.resource_pools))
+        return
+    subject = cast(Partial, config)
+    for i, pool in enumerate(pools):
+        if not isinstance(pool, Mapping) or any(
+            subject.failed_at("resource_pools", i, key) for key in ("name", "pool_name")
+        ):
+            continue
+        name = pool.get("name", pool.get("pool_name"))
+        if isinstance(name, str) and _POOL_NAME.match(name):
+            yield i, name
+
+
 class ClusterConfig(FrozenModel):
     resource_pools: tuple[ResourcePool, ...] = Field(min_length=1)
     default_resource_pool: str | None = None
     # Modelled by the simulator's owner; carried through untouched until then.
     simulation: dict[str, Any] | None = None
 
-    @model_validator(mode="after")
-    def _check_cluster(self) -> Self:
+    @rule
+    def _unique_names(self) -> RuleProblems:
         first_index: dict[str, int] = {}
-        for i, pool in enumerate(self.resource_pools):
-            if pool.name in first_index:
-                raise rule_error(
+        for i, name in _valid_pool_names(self):
+            if name in first_index:
+                yield rule_error(
                     f"resource_pools[{i}].name",
-                    f"duplicate pool name {pool.name!r} "
-                    f"(also resource_pools[{first_index[pool.name]}])",
+                    f"duplicate pool name {name!r} (also resource_pools[{first_index[name]}])",
                 )
-            first_index[pool.name] = i
-        if self.default_resource_pool is not None and self.default_resource_pool not in (
-            first_index
-        ):
-            names = ", ".join(first_index)
-            raise rule_error(
-                "default_resource_pool",
-                f"no pool named {self.default_resource_pool!r} (pools: {names})",
-            )
-        return self
+            else:
+                first_index[name] = i
+
+    @rule
+    def _default_pool_exists(self) -> RuleProblems:
+        default = self.default_resource_pool
+        if default is None:
+            return
+        pools = _raw_pools(self)
+        valid = list(_valid_pool_names(self))
+        if not valid or (pools is not None and len(valid) < len(pools)):
+            return  # a pool whose name is wrong may be the one meant
+        names = dict.fromkeys(name for _, name in valid)
+        if default in names:
+            return
+        yield rule_error(
+            "default_resource_pool", f"no pool named {default!r} (pools: {', '.join(names)})"
+        )
 
     @property
     def pool_names(self) -> tuple[str, ...]:

@@ -7,20 +7,223 @@ Determined ``master.yaml`` needs no restructuring. Cloud blocks (`aws.py`, `gcp.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Self, TypeVar, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core.core_schema import ErrorType
 
 from corral.domain.config.durations import Duration, PositiveDuration
-from corral.domain.config.errors import field_error, rule_error
+from corral.domain.config.errors import CUSTOM_ERROR_TYPE, field_error, rule_error
 from corral.domain.offerings import CapacityType, Offering
+
+# --- Collecting every problem of a model in one pass ------------------------------------------
+#
+# Pydantic runs a model's ``mode="after"`` validators only when all of its fields validated,
+# and stops a model at the first error a validator raises. A config with a bad field and a
+# broken cross-field rule would then report only the field; fixing it would reveal the rule,
+# and so on. Instead, cross-field rules are ``@rule`` generator methods that yield every
+# problem they find, and :class:`FrozenModel` runs them all, next to the field errors: on the
+# model when its fields validated, or else on a :class:`Partial` stand-in whose failed fields
+# cannot be read (a rule that reads one is skipped: it cannot be checked yet, and guessing
+# from a default would invent problems).
+
+RuleProblems = Iterator[PydanticCustomError]
+R = TypeVar("R", bound=Callable[..., RuleProblems])
+_RULE_MARK = "__corral_rule__"
+_KNOWN_ERROR_TYPES = frozenset(get_args(ErrorType))
+
+
+def rule(method: R) -> R:
+    """Mark a model method as a cross-field rule: it yields ``rule_error(...)`` per problem."""
+    setattr(method, _RULE_MARK, True)
+    return method
+
+
+class Unavailable(Exception):
+    """A rule read a field that did not validate; the rule is skipped."""
+
+
+class Partial:
+    """A model whose fields did not all validate, as its rules see it.
+
+    Reading a field that validated gives its validated value (a field the input leaves out, its
+    default); reading one that failed raises :class:`Unavailable`. ``raw`` and ``failed_at``
+    let a rule use what is still usable inside a failed field (the names of the valid pools).
+    """
+
+    def __init__(
+        self, model: type[BaseModel], data: Mapping[str, Any], locs: list[tuple[str | int, ...]]
+    ) -> None:
+        self._model = model
+        self._data = data
+        self._aliases = _aliases(model)
+        # Pydantic names a field by the key the input used; rules name it by the field.
+        self._locs: list[tuple[str | int, ...]] = [
+            (self._aliases.get(loc[0], loc[0]) if isinstance(loc[0], str) else loc[0], *loc[1:])
+            for loc in locs
+            if loc
+        ]
+
+    def raw(self, name: str) -> object:
+        """The input value of field ``name`` (under any of its aliases), or None."""
+        for key, field in self._aliases.items():
+            if field == name and key in self._data:
+                return self._data[key]
+        return None
+
+    def failed_at(self, *loc: str | int) -> bool:
+        """True when a problem was found at ``loc`` (a field path) or inside it."""
+        return any(found[: len(loc)] == loc for found in self._locs)
+
+    def __getattr__(self, name: str) -> Any:
+        fields = self._model.model_fields
+        if name.startswith("_") or name not in fields:
+            raise AttributeError(name)
+        if self.failed_at(name):
+            raise Unavailable(name)
+        for key, field in self._aliases.items():
+            if field == name and key in self._data:
+                try:
+                    return _adapter(self._model, name).validate_python(self._data[key])
+                except ValidationError:
+                    raise Unavailable(name) from None
+        return fields[name].get_default(call_default_factory=True)
+
+
+_ALIASES: dict[type[BaseModel], dict[str, str]] = {}
+_ADAPTERS: dict[tuple[type[BaseModel], str], TypeAdapter[Any]] = {}
+_RULES: dict[type[BaseModel], tuple[Callable[[Any], RuleProblems], ...]] = {}
+
+
+def _aliases(model: type[BaseModel]) -> dict[str, str]:
+    """Input key -> field name, for every spelling the model accepts."""
+    if model not in _ALIASES:
+        keys: dict[str, str] = {}
+        for name, info in model.model_fields.items():
+            keys[name] = name
+            choices = getattr(info.validation_alias, "choices", None)
+            for choice in choices or ():
+                if isinstance(choice, str):
+                    keys[choice] = name
+            if isinstance(info.validation_alias, str):
+                keys[info.validation_alias] = name
+        _ALIASES[model] = keys
+    return _ALIASES[model]
+
+
+def _adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
+    key = (model, name)
+    if key not in _ADAPTERS:
+        info = model.model_fields[name]
+        metadata: list[Any] = list(info.metadata)
+        if info.discriminator is not None:
+            metadata.append(Field(discriminator=info.discriminator))
+        # Decorator field validators are not included: ours only check, they never convert.
+        kind: Any = Annotated[info.annotation, *metadata] if metadata else info.annotation
+        _ADAPTERS[key] = TypeAdapter(kind)
+    return _ADAPTERS[key]
+
+
+def _rules(model: type[BaseModel]) -> tuple[Callable[[Any], RuleProblems], ...]:
+    if model not in _RULES:
+        found: list[Callable[[Any], RuleProblems]] = []
+        seen: set[str] = set()
+        for klass in reversed(model.__mro__):  # base rules first, in definition order
+            for name, value in vars(klass).items():
+                if getattr(value, _RULE_MARK, False) and name not in seen:
+                    seen.add(name)
+                    found.append(getattr(model, name))
+        _RULES[model] = tuple(found)
+    return _RULES[model]
+
+
+def _run_rules(model: type[BaseModel], subject: object) -> list[PydanticCustomError]:
+    problems: list[PydanticCustomError] = []
+    for check in _rules(model):
+        found: list[PydanticCustomError] = []
+        try:
+            found.extend(check(subject))
+        except Unavailable:
+            continue  # the rule reads a field that is wrong already
+        problems.extend(found)
+    return problems
+
+
+def _detail(err: Mapping[str, Any]) -> InitErrorDetails:
+    """An error pydantic reported, in the form that builds a ValidationError again."""
+    kind = str(err["type"])
+    ctx: dict[str, Any] = dict(err.get("ctx") or {})
+    error: str | PydanticCustomError
+    if kind in _KNOWN_ERROR_TYPES:
+        error = kind
+    elif kind == CUSTOM_ERROR_TYPE:
+        error = PydanticCustomError(kind, "{reason}", ctx)
+    else:
+        error = PydanticCustomError(kind, str(err["msg"]).replace("{", "{{").replace("}", "}}"))
+    detail: InitErrorDetails = {"type": error, "loc": tuple(err["loc"]), "input": err["input"]}
+    if kind in _KNOWN_ERROR_TYPES and ctx:
+        detail["ctx"] = ctx
+    return detail
 
 
 class FrozenModel(BaseModel):
-    """Base of every config model: immutable, and unknown keys are errors (typos get caught)."""
+    """Base of every config model: immutable, and unknown keys are errors (typos get caught).
+
+    Reports field errors and the problems of every ``@rule`` together (see above).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def _prepare(cls, data: Any) -> tuple[Any, list[PydanticCustomError]]:
+        """Rewrite other spellings of the input before field validation; conflicts found are
+        returned and reported with the field errors, rather than stopping validation."""
+        return data, []
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _collect_problems(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        data, early = cls._prepare(data)
+        try:
+            model = handler(data)
+        except ValidationError as exc:
+            errors = exc.errors()
+            late: list[PydanticCustomError] = []
+            if isinstance(data, Mapping) and all(err["loc"] for err in errors):
+                locs = [tuple(err["loc"]) for err in errors]
+                late = _run_rules(cls, Partial(cls, data, locs))
+            raise cls._problems(data, early, [_detail(e) for e in errors], late) from None
+        late = _run_rules(cls, model)
+        if early or late:
+            raise cls._problems(data, early, [], late)
+        return model
+
+    @classmethod
+    def _problems(
+        cls,
+        data: Any,
+        early: list[PydanticCustomError],
+        fields: list[InitErrorDetails],
+        late: list[PydanticCustomError],
+    ) -> ValidationError:
+        def own(error: PydanticCustomError) -> InitErrorDetails:
+            return {"type": error, "loc": (), "input": data}
+
+        details = [own(e) for e in early] + fields + [own(e) for e in late]
+        return ValidationError.from_exception_data(cls.__name__, details)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +293,17 @@ class CommonProvider(FrozenModel):
     # drained once idle as long as it took to boot, not after max_idle_agent_period.
     reap_fallback_early: bool = True
 
-    @model_validator(mode="after")
-    def _check_common(self) -> Self:
+    @rule
+    def _max_over_min(self) -> RuleProblems:
         if self.max_instances < self.min_instances:
-            raise rule_error("max_instances", "must be >= min_instances")
-        if self.master_url is not None and not self.master_url.startswith(("http://", "https://")):
-            raise rule_error("master_url", "must start with http:// or https://")
-        return self
+            yield rule_error("max_instances", "must be >= min_instances")
+
+    @field_validator("master_url")
+    @classmethod
+    def _master_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise field_error("must start with http:// or https://")
+        return value
 
     # --- what a cloud block provides to the pool
     @property

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic_core import PydanticCustomError
 
-from corral.domain.config.common import FrozenModel, NonEmptyStr
+from corral.domain.config.common import FrozenModel, NonEmptyStr, RuleProblems, rule
 from corral.domain.config.errors import ConfigError, field_error, rule_error
 from corral.domain.config.hyperparameters import (
     MAX_GRID_TRIALS,
@@ -115,25 +116,37 @@ class _JobConfig(FrozenModel):
     environment: Environment = Environment()
     bind_mounts: tuple[BindMount, ...] = ()
 
-    @model_validator(mode="before")
     @classmethod
-    def _hoist_spellings(cls, data: Any) -> Any:
-        """Determined spells the image ``environment.image``, priority ``resources.priority``."""
+    def _prepare(cls, data: Any) -> tuple[Any, list[PydanticCustomError]]:
+        """Determined spells the image ``environment.image``, priority ``resources.priority``.
+
+        Conflicting spellings are problems reported with the rest; validation goes on with the
+        top-level ``image`` and with ``resources.priority``.
+        """
         if not isinstance(data, Mapping):
-            return data
+            return data, []
+        problems: list[PydanticCustomError] = []
         data = dict(data)
         env = data.get("environment")
         if isinstance(env, Mapping) and isinstance(env.get("image"), str):
             if data.get("image") not in (None, env["image"]):
-                raise rule_error("image", "differs from environment.image: set only one")
-            data["image"] = env["image"]
+                problems.append(rule_error("image", "differs from environment.image: set only one"))
+            else:
+                data["image"] = env["image"]
         if "priority" in data:
-            res = dict(data.get("resources") or {})
-            if "priority" in res and res["priority"] != data["priority"]:
-                raise rule_error("priority", "differs from resources.priority: set only one")
-            res["priority"] = data.pop("priority")
-            data["resources"] = res
-        return data
+            priority = data.pop("priority")
+            res = data.get("resources")
+            if res is None:
+                res = {}
+            if not isinstance(res, Mapping):
+                pass  # resources itself is reported
+            elif "priority" in res and res["priority"] != priority:
+                problems.append(
+                    rule_error("priority", "differs from resources.priority: set only one")
+                )
+            else:
+                data["resources"] = {**res, "priority": priority}
+        return data, problems
 
     @property
     def priority(self) -> int:
@@ -148,20 +161,18 @@ class ExperimentConfig(_JobConfig):
     max_restarts: int = Field(default=5, ge=0)  # user errors only; lost instances are free
     checkpoint_storage: CheckpointStorage | None = None  # None: the cluster's default
 
-    @model_validator(mode="after")
-    def _check_search(self) -> Self:
-        if self.searcher.name == "grid":
-            for name, hp in self.hyperparameters.items():
-                if grid_points(hp) is None:
-                    raise rule_error(
-                        f"hyperparameters.{name}.count", "required for the grid searcher"
-                    )
-            size = grid_size(self.hyperparameters)
-            if size > MAX_GRID_TRIALS:
-                raise rule_error(
-                    "searcher", f"grid of {size:,} trials exceeds the limit of {MAX_GRID_TRIALS:,}"
-                )
-        return self
+    @rule
+    def _check_search(self) -> RuleProblems:
+        if self.searcher.name != "grid":
+            return
+        missing = [name for name, hp in self.hyperparameters.items() if grid_points(hp) is None]
+        for name in missing:
+            yield rule_error(f"hyperparameters.{name}.count", "required for the grid searcher")
+        size = grid_size(self.hyperparameters)
+        if not missing and size > MAX_GRID_TRIALS:
+            yield rule_error(
+                "searcher", f"grid of {size:,} trials exceeds the limit of {MAX_GRID_TRIALS:,}"
+            )
 
 
 class CommandConfig(_JobConfig):

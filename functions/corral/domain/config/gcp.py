@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from corral.domain import catalog
 from corral.domain.config.common import (
@@ -13,7 +13,9 @@ from corral.domain.config.common import (
     FrozenModel,
     OneOrMany,
     Ownership,
+    RuleProblems,
     StrList,
+    rule,
     unique,
 )
 from corral.domain.config.durations import PositiveDuration
@@ -91,38 +93,37 @@ class GcpInstanceType(FrozenModel):
     gpu_num: int = Field(default=0, ge=0)
     preemptible: bool = False  # legacy spelling of a Spot VM
 
-    @model_validator(mode="after")
-    def _check_gpus(self) -> Self:
+    @rule
+    def _check_gpus(self) -> RuleProblems:
         machine = catalog.lookup_gcp_machine(self.machine_type)
         if machine is not None and machine.gpus:
             # GPUs come with the machine: a config may restate them but not contradict them.
             if self.gpu_type is not None and self.gpu_type != machine.gpu_model:
-                raise rule_error(
+                yield rule_error(
                     "gpu_type", f"{self.machine_type} comes with {machine.gpu_model} GPUs"
                 )
             if self.gpu_num not in (0, machine.gpus):
-                raise rule_error(
+                yield rule_error(
                     "gpu_num", f"{self.machine_type} comes with exactly {machine.gpus} GPUs"
                 )
-            return self
+            return
         if self.gpu_type is None:
             if self.gpu_num:
-                raise rule_error("gpu_type", "required when gpu_num is set")
-            return self
+                yield rule_error("gpu_type", "required when gpu_num is set")
+            return
         gpu = catalog.GCP_GPUS[self.gpu_type]
         if self.gpu_num not in gpu.allowed_counts:
             counts = [str(n) for n in gpu.allowed_counts]
             allowed = counts[0] if len(counts) == 1 else f"{', '.join(counts[:-1])} or {counts[-1]}"
-            raise rule_error("gpu_num", f"must be {allowed} for {self.gpu_type} (GCE limit)")
+            yield rule_error("gpu_num", f"must be {allowed} for {self.gpu_type} (GCE limit)")
         if self.machine_type.startswith("n1-") and not gpu.attachable_to_n1:
-            raise rule_error(
+            yield rule_error(
                 "gpu_type",
                 f"{self.gpu_type} cannot be attached to {self.machine_type}; use a machine "
                 "type that has it built in (a2, g2, a3, a4)",
             )
-        if not self.machine_type.startswith("n1-") and gpu.attachable_to_n1:
-            raise rule_error("gpu_type", f"GCE attaches {self.gpu_type} to N1 machine types only")
-        return self
+        elif not self.machine_type.startswith("n1-") and gpu.attachable_to_n1:
+            yield rule_error("gpu_type", f"GCE attaches {self.gpu_type} to N1 machine types only")
 
     @property
     def gpus(self) -> int:
@@ -193,18 +194,22 @@ class GcpProvider(CommonProvider):
             raise field_error("must not be empty")
         return value
 
-    @model_validator(mode="after")
-    def _check_gcp(self) -> Self:
-        if not self.label_value:
-            raise rule_error("label_value", "must not be empty: it marks Corral's instances")
+    @field_validator("label_value")
+    @classmethod
+    def _label_value(cls, value: str) -> str:
+        if not value:
+            raise field_error("must not be empty: it marks Corral's instances")
+        return value
+
+    @rule
+    def _check_labels(self) -> RuleProblems:
         for key, value in self.labels.items():
             if not _LABEL_KEY.match(key):
-                raise rule_error(f"labels.{key}", f"must be a GCP label key ({LABEL_RULE})")
-            if not _LABEL_VALUE.match(value):
-                raise rule_error(f"labels.{key}", f"must be a GCP label value ({LABEL_RULE})")
-            if key == self.label_key:
-                raise rule_error(f"labels.{key}", "is the ownership label (label_key)")
-        return self
+                yield rule_error(f"labels.{key}", f"must be a GCP label key ({LABEL_RULE})")
+            elif not _LABEL_VALUE.match(value):
+                yield rule_error(f"labels.{key}", f"must be a GCP label value ({LABEL_RULE})")
+            elif key == self.label_key:
+                yield rule_error(f"labels.{key}", "is the ownership label (label_key)")
 
     # --- used by the pool and the domain
     @property

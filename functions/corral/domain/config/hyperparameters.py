@@ -14,11 +14,11 @@ import json
 import math
 import random
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field
 
-from corral.domain.config.common import FrozenModel
+from corral.domain.config.common import FrozenModel, RuleProblems, rule
 from corral.domain.config.errors import ConfigError, rule_error
 
 MAX_GRID_TRIALS = 10_000
@@ -39,11 +39,10 @@ class _RangeHP(FrozenModel):
     maxval: float
     count: int | None = Field(default=None, ge=1)  # grid points; only the grid searcher uses it
 
-    @model_validator(mode="after")
-    def _check_range(self) -> Self:
+    @rule
+    def _check_range(self) -> RuleProblems:
         if self.minval > self.maxval:
-            raise rule_error("minval", "must be <= maxval")
-        return self
+            yield rule_error("minval", "must be <= maxval")
 
 
 class IntHP(_RangeHP):
@@ -62,11 +61,10 @@ class LogHP(_RangeHP):
     type: Literal["log"]
     base: float = Field(default=10.0, gt=0)
 
-    @model_validator(mode="after")
-    def _check_base(self) -> Self:
+    @rule
+    def _check_base(self) -> RuleProblems:
         if self.base == 1:
-            raise rule_error("base", "must not be 1")
-        return self
+            yield rule_error("base", "must not be 1")
 
 
 def _constant_unless_typed(value: object) -> object:
@@ -90,11 +88,10 @@ class SearcherConfig(FrozenModel):
     smaller_is_better: bool = True
     seed: int | None = None  # unset: derived from the config, so expansion is repeatable
 
-    @model_validator(mode="after")
-    def _check_searcher(self) -> Self:
+    @rule
+    def _check_searcher(self) -> RuleProblems:
         if self.name == "random" and self.max_trials is None:
-            raise rule_error("max_trials", "required for the random searcher")
-        return self
+            yield rule_error("max_trials", "required for the random searcher")
 
 
 def grid_points(hp: Hyperparameter) -> list[Any] | None:

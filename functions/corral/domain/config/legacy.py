@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.domain.config.errors import ConfigError, Problem
+from corral.domain.config.errors import Problem
 
 # Determined master settings Corral has no use for: there is no master to configure.
 IGNORED_TOP_LEVEL = frozenset(
@@ -61,6 +61,11 @@ class Normalized:
     data: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     moved: list[tuple[str, str]] = field(default_factory=list)  # (new prefix, original prefix)
+    # Problems found while converting; validation goes on and reports them with the rest.
+    problems: list[Problem] = field(default_factory=list)
+    # A Determined block stood for the pools but could not be read: "resource_pools: required"
+    # would only repeat that problem.
+    pools_reported: bool = False
 
     def original_path(self, path: str) -> str:
         for new, old in self.moved:
@@ -81,11 +86,14 @@ def normalize_cluster(data: Mapping[str, Any]) -> Normalized:
     for key in ("provisioner", "provider"):
         if key not in d:
             continue
-        if "resource_pools" in d:
-            raise ConfigError.single(key, "cannot be combined with resource_pools")
         block = d.pop(key)
+        if "resource_pools" in d:
+            out.problems.append(Problem(key, "cannot be combined with resource_pools"))
+            continue
         if not isinstance(block, Mapping):
-            raise ConfigError.single(key, "must be a mapping")
+            out.problems.append(Problem(key, "must be a mapping"))
+            out.pools_reported = True
+            continue
         provider = dict(block)
         if key == "provisioner":
             # PEDL: flat block where `provider: aws` names the cloud.
@@ -96,7 +104,7 @@ def normalize_cluster(data: Mapping[str, Any]) -> Normalized:
         out.moved.append(("resource_pools[0]", key))
         d["resource_pools"] = [{"name": "default", "provider": provider}]
         out.warnings.append(f"{key}: read as resource pool 'default' (Determined spelling)")
-    _resource_manager(d, out.warnings)
+    _resource_manager(d, out)
     for key in sorted(set(d) & IGNORED_TOP_LEVEL):
         out.warnings.append(_ignored(key, key))
         del d[key]
@@ -106,7 +114,7 @@ def normalize_cluster(data: Mapping[str, Any]) -> Normalized:
     return out
 
 
-def _resource_manager(d: dict[str, Any], warnings: list[str]) -> None:
+def _resource_manager(d: dict[str, Any], out: Normalized) -> None:
     rm = d.pop("resource_manager", None)
     if not isinstance(rm, Mapping):
         return
@@ -114,10 +122,13 @@ def _resource_manager(d: dict[str, Any], warnings: list[str]) -> None:
     compute = rm.pop("default_compute_resource_pool", None)
     if isinstance(compute, str) and "default_resource_pool" not in d:
         d["default_resource_pool"] = compute
+        out.moved.append(
+            ("default_resource_pool", "resource_manager.default_compute_resource_pool")
+        )
     if rm.get("type", "agent") == "agent":
         rm.pop("type", None)
     for key in sorted(rm):
-        warnings.append(_ignored(f"resource_manager.{key}", key))
+        out.warnings.append(_ignored(f"resource_manager.{key}", key))
 
 
 def _pool(index: int, pool: object, out: Normalized) -> object:
@@ -139,4 +150,8 @@ def _pool(index: int, pool: object, out: Normalized) -> object:
 
 
 def problems_at_original_paths(problems: list[Problem], norm: Normalized) -> list[Problem]:
-    return [Problem(norm.original_path(p.path), p.reason) for p in problems]
+    """The conversion's problems, then the validation ``problems`` where the user wrote them."""
+    moved = [Problem(norm.original_path(p.path), p.reason) for p in problems]
+    if norm.pools_reported:
+        moved = [p for p in moved if p != Problem("resource_pools", "required")]
+    return [*norm.problems, *moved]

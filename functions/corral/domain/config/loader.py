@@ -103,12 +103,17 @@ def validate(model: type[M], data: Mapping[str, Any]) -> M:
 
 
 def cluster_config_from_mapping(data: Mapping[str, Any]) -> LoadedConfig:
+    """A cluster config from a parsed mapping; ConfigError lists every problem found at once
+    (the Determined conversion's, field errors, and every rule that could be checked)."""
     norm = normalize_cluster(data)
+    problems: list[Problem] = []
     try:
         config = ClusterConfig.model_validate(norm.data)
     except ValidationError as exc:
-        problems: list[Problem] = problems_from_validation_error(exc, norm.data)
-        raise ConfigError(problems_at_original_paths(problems, norm)) from None
+        problems = problems_from_validation_error(exc, norm.data)
+    problems = problems_at_original_paths(problems, norm)
+    if problems:
+        raise ConfigError(problems)
     return LoadedConfig(config, tuple(norm.warnings))
 
 
