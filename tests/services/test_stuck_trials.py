@@ -33,11 +33,13 @@ def test_work_submitted_while_an_agent_drains_runs_on_it() -> None:
 
     second = cluster.submit(name="second")
     trial_id = second.trials[0].id
-    cluster.pump()
-    run_idle_reap(cluster.ctx)  # takes the draining agent back for the pending trial
-    cluster.run(30)
+    cluster.pump()  # the schedule pass takes the drained agent back at once
+    assert cluster.trial(trial_id).state is TrialState.ASSIGNED
+    cluster.run(10)
     assert cluster.trial(trial_id).state is TrialState.RUNNING
     assert [i.id for i in cluster.instances()] == [agent_id]  # no second launch
+    kinds = [e.kind for e in cluster.store.events(since=0, limit=500) if e.instance_id == agent_id]
+    assert EventKind.AGENT_UNDRAINED in kinds
 
 
 def test_a_trial_killed_before_its_agent_started_it_is_cancelled_at_once() -> None:

@@ -28,6 +28,7 @@ class PassReport:
     assigned: list[str] = field(default_factory=list)
     launched: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
+    undrained: list[str] = field(default_factory=list)
     conflicts: int = 0
 
 
@@ -66,6 +67,7 @@ def run_schedule_pass(ctx: Context) -> PassReport:
     report = PassReport()
     pending = ctx.store.trials(states={TrialState.PENDING})
     live = {i.id: i for i in ctx.store.instances(states=LIVE_STATES)}
+    report.undrained = _take_back_drained(ctx, pending, live)
     result = schedule(pending, list(live.values()))
     lost_race: set[str] = set()
     for assignment in result.assignments:
@@ -92,6 +94,49 @@ def run_schedule_pass(ctx: Context) -> PassReport:
         _apply_plan(ctx, plan, state, pool_live, report)
         _update_pending_reasons(ctx, [t for t in unplaced if t.pool == name], plan)
     return report
+
+
+def _take_back_drained(
+    ctx: Context, pending: Sequence[Trial], live: dict[str, Instance]
+) -> list[str]:
+    """Agents drained for idleness that the pending demand counts on go back to IDLE now,
+    so this pass places work on them: waiting for the reaper's next pass would keep the
+    work waiting up to a timer period while a warm agent sits there (work submitted while
+    the last run's agents drain). Agents draining for an interruption never come back."""
+    drained = [
+        i
+        for i in live.values()
+        if i.state is InstanceState.DRAINING and i.interruption_notice_at is None
+    ]
+    if not pending or not drained:
+        return []
+    _, plans = plan_all(ctx, pending, list(live.values()))
+    reserved = {i for plan in plans.values() for i in plan.reserved}
+    now = ctx.clock.now()
+    taken: list[str] = []
+    for inst in drained:
+        if inst.id not in reserved:
+            continue
+        back = inst.transition(InstanceState.IDLE, now, "taken back for pending demand")
+        try:
+            (stored,) = ctx.store.commit([back])
+        except ConflictError:
+            continue  # the reaper terminated it meanwhile: the plan launches instead
+        assert isinstance(stored, Instance)
+        live[inst.id] = stored
+        taken.append(inst.id)
+        ctx.store.append_events(
+            [
+                Event(
+                    now,
+                    EventKind.AGENT_UNDRAINED,
+                    back.history[-1].reason,
+                    pool=inst.pool,
+                    instance_id=inst.id,
+                )
+            ]
+        )
+    return taken
 
 
 def _assign(ctx: Context, assignment: Assignment, live: dict[str, Instance]) -> bool:
