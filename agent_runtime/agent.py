@@ -277,8 +277,15 @@ class Agent:
             run.cleanup()
 
     def _send_status(self, run: TrialRun) -> None:
+        if run.terminal and run.log_end_seq is None:
+            # Its output is read (the process executor drains the pipes before it reports
+            # the exit): say where it ends, and ship it BEFORE the terminal status, so a
+            # reader that stops at the end of the trial (corral command run) has every line.
+            run.log_end_seq = self.logs.last_seq(run.trial_id)
         if self.agent_id is None:
             return
+        if run.terminal and not self.logs.flush_trial(run.trial_id, self._send_logs):
+            log.warning("last output of %s not delivered yet; it follows", run.trial_id)
         status = run.status()
         log.info("trial %s: %s (exit code %s)", run.trial_id, status.state, status.exit_code)
         try:

@@ -34,6 +34,7 @@ class LogShipper:
         self._lock = threading.Lock()  # reader threads append, the main loop flushes
         self._pending: dict[str, deque[LogLineIn]] = {}
         self._next_seq: dict[str, int] = {}
+        self._last_seq: dict[str, int] = {}  # the last number given to a line, per trial
         self._dropped: dict[str, int] = {}
         self.batch_lines = max(1, min(batch_lines, 5_000))
         self.sink = sink
@@ -47,6 +48,7 @@ class LogShipper:
         with self._lock:
             seq = self._next_seq.get(trial_id, 0)
             self._next_seq[trial_id] = seq + 1
+            self._last_seq[trial_id] = seq
             queue = self._pending.setdefault(trial_id, deque())
             if len(queue) >= MAX_PENDING:
                 queue.popleft()
@@ -59,33 +61,43 @@ class LogShipper:
         with self._lock:
             return sum(len(q) for q in self._pending.values())
 
+    def last_seq(self, trial_id: str) -> int:
+        """The number of the trial's last line read here so far, -1 if none: where its log
+        stream ends once the trial has ended (reported with its terminal status)."""
+        with self._lock:
+            return self._last_seq.get(trial_id, -1)
+
     def flush(self, send: LogSender) -> bool:
         """Send everything pending, batch by batch. Returns False if a send failed (the
         lines stay queued and go again next time, with the same sequence numbers)."""
         with self._lock:
             trial_ids = list(self._pending)
-        for trial_id in trial_ids:
-            while True:
-                with self._lock:
-                    queue = self._pending.get(trial_id)
-                    if not queue:
-                        self._pending.pop(trial_id, None)
-                        break
-                    lines = [queue[i] for i in range(min(len(queue), self.batch_lines))]
-                try:
-                    send(trial_id, LogBatch(lines=lines))
-                except PermanentLogError as exc:
-                    log.warning("dropping %d log lines of %s: %s", len(lines), trial_id, exc)
-                except Exception as exc:
-                    log.debug("log flush failed for %s: %s", trial_id, exc)
-                    return False
-                with self._lock:
-                    # By sequence number, not count: the cap may have dropped lines meanwhile.
-                    while queue and queue[0].seq <= lines[-1].seq:
-                        queue.popleft()
-                if self.sink is not None:
-                    self.sink.put(trial_id, lines)
-        return True
+        # all() stops at the first failure: in an outage, one failed send per flush is enough.
+        return all(self.flush_trial(trial_id, send) for trial_id in trial_ids)
+
+    def flush_trial(self, trial_id: str, send: LogSender) -> bool:
+        """Send one trial's pending lines (before its terminal status, so a reader that stops
+        at the end of the trial has them all). False if a send failed."""
+        while True:
+            with self._lock:
+                queue = self._pending.get(trial_id)
+                if not queue:
+                    self._pending.pop(trial_id, None)
+                    return True
+                lines = [queue[i] for i in range(min(len(queue), self.batch_lines))]
+            try:
+                send(trial_id, LogBatch(lines=lines))
+            except PermanentLogError as exc:
+                log.warning("dropping %d log lines of %s: %s", len(lines), trial_id, exc)
+            except Exception as exc:
+                log.debug("log flush failed for %s: %s", trial_id, exc)
+                return False
+            with self._lock:
+                # By sequence number, not count: the cap may have dropped lines meanwhile.
+                while queue and queue[0].seq <= lines[-1].seq:
+                    queue.popleft()
+            if self.sink is not None:
+                self.sink.put(trial_id, lines)
 
 
 class PermanentLogError(Exception):

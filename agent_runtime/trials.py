@@ -70,6 +70,7 @@ class TrialRun:
         self.message: str | None = None
         self.acked: TrialStatus | None = None  # the last status the control plane accepted
         self.stop_as: AgentTrialState | None = None  # PREEMPTED or STOPPED once asked to stop
+        self.log_end_seq: int | None = None  # set once terminal: the last log line's seq
         self._executor = executor
         self._on_line = on_line
         self._handle: TrialHandle | None = None
@@ -161,6 +162,7 @@ class TrialRun:
             exit_code=self.exit_code,
             latest_checkpoint=latest,
             message=self.message,
+            log_end_seq=self.log_end_seq if self.terminal else None,
         )
 
     def cleanup(self) -> None:

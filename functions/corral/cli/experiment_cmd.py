@@ -36,6 +36,16 @@ def read_config(file: Path) -> str:
         raise CliError(f"{file}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
+def trial_line(trial: dict[str, Any]) -> str:
+    """A trial's state, where it runs, and while pending why it waits."""
+    where = ",".join(p.get("instance_id", "") for p in trial.get("placement") or [])
+    line = f"{trial.get('state')}{' on ' + where if where else ''}"
+    reason = trial.get("pending_reason")
+    if reason and trial.get("state") == "PENDING":
+        line += f" ({reason})"
+    return line
+
+
 def follow_experiment(
     client: ApiClient,
     experiment_id: str,
@@ -44,8 +54,10 @@ def follow_experiment(
     timeout_s: float | None = None,
     on_poll: Any = None,
 ) -> dict[str, Any]:
-    """Show progress until the experiment is terminal; returns its final detail. Each trial's
-    state changes are also printed as lines, so a log file of the run tells the story."""
+    """Show progress until the experiment is terminal; returns its final detail. Each change
+    of a trial's state, placement or pending reason is also printed once as a line, so a log
+    file of the run tells the story (and says why a trial waits as soon as the scheduler
+    knows)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     seen: dict[str, str] = {}
     columns = (
@@ -60,13 +72,10 @@ def follow_experiment(
             detail = client.get(f"/experiments/{experiment_id}")
             trials = detail.get("trials") or []
             for trial in trials:
-                where = ",".join(p.get("instance_id", "") for p in trial.get("placement") or [])
-                now = f"{trial.get('state')}{' on ' + where if where else ''}"
-                if seen.get(trial["id"]) != now:
-                    reason = trial.get("pending_reason")
-                    extra = f" ({reason})" if reason and trial.get("state") == "PENDING" else ""
-                    progress.console.print(f"{trial['id']}: {now}{extra}")
-                    seen[trial["id"]] = now
+                line = trial_line(trial)
+                if seen.get(trial["id"]) != line:
+                    progress.console.print(f"{trial['id']}: {line}")
+                    seen[trial["id"]] = line
             done = sum(1 for t in trials if t.get("state") in TRIAL_TERMINAL)
             progress.update(overall, total=len(trials) or None, completed=done)
             if on_poll is not None:

@@ -26,12 +26,15 @@ POOL_COLUMNS: list[render.Column] = [
     ("OFFERINGS", lambda p: _offerings(p.get("offerings") or [])),
     ("SPENT", lambda p: render.money((p.get("budget") or {}).get("spent_usd"))),
     ("BLOCKED", lambda p: p.get("blocked_reason") or ""),
+    # Pending trials no launch serves (at max_instances, budget, backoff, breaker, refusals).
+    ("CANNOT SERVE", lambda p: p.get("cannot_serve") or ""),
 ]
 
 
 @app.command("list")
 def list_cmd(json_out: JsonOption = False, endpoint: EndpointOption = None) -> None:
-    """Pools: instances by state, offerings, backoff, breaker and budget."""
+    """Pools: instances by state, offerings, backoff, breaker, budget, and whether each can
+    serve the trials waiting in it."""
     with render.guard():
         reply = client_from(endpoint).get("/pools")
         if json_out:

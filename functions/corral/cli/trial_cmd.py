@@ -82,6 +82,11 @@ def describe(
         )
 
 
+# How long a done trial's last lines may take to arrive before a follower gives up on them
+# (its agent ships them before the terminal status, so this only covers a failed flush).
+LOG_DRAIN_S = 30.0
+
+
 def stream_logs(
     client: ApiClient,
     trial_id: str,
@@ -89,20 +94,36 @@ def stream_logs(
     follow: bool,
     poll_s: float = 1.0,
     printer: Any = None,
+    drain_s: float = LOG_DRAIN_S,
 ) -> dict[str, Any]:
     """Print every log line (pages of up to 1000); with ``follow``, keep going until the
-    trial is done. Returns the last page."""
+    trial is done and its output complete: up to the last line its agent reported, even if
+    that arrives after the terminal state. Returns the last page."""
     after = -1
     emit = printer or (lambda line: print(line, flush=True))
+    waited = 0.0  # while done but incomplete: time since lines last came
     while True:
         page = client.get(f"/trials/{trial_id}/logs", {"after_seq": after, "limit": 1000})
-        for line in page.get("lines") or []:
+        lines = page.get("lines") or []
+        for line in lines:
             emit(line.get("line", ""))
         after = int(page.get("next_after_seq", after))
         if page.get("has_more"):
             continue
-        if not follow or page.get("trial_done"):
+        if not follow:
             return dict(page)
+        if page.get("trial_done"):
+            if page.get("logs_complete", True):  # an older API does not say: done is done
+                return dict(page)
+            waited = 0.0 if lines else waited + poll_s
+            if waited >= drain_s:
+                render.err_console.print(
+                    f"warning: the last output of trial {trial_id} has not arrived; "
+                    f"`corral trial logs {trial_id}` shows it if it does",
+                    markup=False,
+                    soft_wrap=True,
+                )
+                return dict(page)
         time.sleep(poll_s)
 
 

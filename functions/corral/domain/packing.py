@@ -12,8 +12,10 @@ over 10,000 pending trials and 1,000 agents stays linear.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+Parts = tuple[tuple[str, tuple[int, ...]], ...]
 
 # A bin whose GPU-hour costs more than this times the cheapest one is filled last.
 # (On-demand GPUs cost about three times spot; spot shapes of one family differ by < 10 %.)
@@ -95,28 +97,51 @@ class BinIndex:
         self._by_free.setdefault(len(b.free), {})[b.id] = b
         return gpus
 
-    def place(
-        self, slots: int, *, allow_mixed: bool = True
-    ) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    def fully_free_slots(self) -> int:
+        return self._fully_free_slots
+
+    def fully_free_of(self, instance_type: str) -> list[Bin]:
+        """Entirely free bins of one instance type, real agents before hypothetical ones
+        (insertion order breaks ties): the candidates of a uniform gang."""
+        if self._fully_free_slots == 0:
+            return []
+        found = [
+            b
+            for b in self._bins.values()
+            if b.fully_free and b.slots > 0 and b.instance_type == instance_type
+        ]
+        found.sort(key=lambda b: b.hypothetical)
+        return found
+
+    def place(self, slots: int) -> Parts | None:
         """Place one trial; return (bin id, GPU indices) per part in rank order, or None.
 
-        ``allow_mixed=False`` accepts only a gang of one instance type (the planner buys
-        uniform gangs so that planning again over what it bought gives the same answer).
+        A trial larger than any one free agent is a gang on entirely free agents of one
+        instance type (the planner buys uniform gangs, so planning again over what it
+        bought gives the same answer).
         """
         single = self._best_fit(slots)
         if single is not None:
             return ((single.id, self._take(single, slots)),)
         if slots == 0:
             return None
-        gang = self._gang(slots, allow_mixed)
+        gang = self._gang(slots)
         if gang is None:
             return None
+        return self.take_whole(gang, slots)
+
+    def take_whole(self, gang: Sequence[Bin], slots: int) -> Parts:
+        """Place a gang of ``slots`` GPUs on these bins of the index, filling each in turn."""
         parts: list[tuple[str, tuple[int, ...]]] = []
         remaining = slots
         for b in gang:
+            if self._bins.get(b.id) is not b:
+                raise ValueError(f"bin {b.id} is not in the index")
             count = min(len(b.free), remaining)
             parts.append((b.id, self._take(b, count)))
             remaining -= count
+        if remaining > 0:
+            raise ValueError(f"{slots} GPUs do not fit on {', '.join(b.id for b in gang)}")
         return tuple(parts)
 
     def _best_fit(self, slots: int) -> Bin | None:
@@ -143,17 +168,15 @@ class BinIndex:
     def _expensive(self, b: Bin) -> bool:
         return b.price_per_slot > self._cheapest * EXPENSIVE_FACTOR
 
-    def _gang(self, slots: int, allow_mixed: bool) -> list[Bin] | None:
+    def _gang(self, slots: int) -> list[Bin] | None:
         if self._fully_free_slots < slots:
             return None
-        free_bins = [b for b in self._bins.values() if b.fully_free and b.slots > 0]
-        if sum(b.slots for b in free_bins) < slots:
-            return None
         by_type: dict[str, list[Bin]] = {}
-        for b in free_bins:
-            by_type.setdefault(b.instance_type, []).append(b)
-        # One instance type if any type alone suffices: fewest agents, then real before
-        # hypothetical, then cheapest.
+        for b in self._bins.values():
+            if b.fully_free and b.slots > 0:
+                by_type.setdefault(b.instance_type, []).append(b)
+        # The instance type that needs the fewest agents, then real before hypothetical
+        # ones, then the cheapest.
         uniform: list[list[Bin]] = []
         for group in by_type.values():
             group.sort(key=lambda b: b.hypothetical)
@@ -161,23 +184,13 @@ class BinIndex:
             needed = -(-slots // size)
             if len(group) >= needed:
                 uniform.append(group[:needed])
-        if uniform:
-            return min(
-                uniform,
-                key=lambda g: (
-                    len(g),
-                    sum(b.hypothetical for b in g),
-                    sum(b.hourly_price for b in g),
-                ),
-            )
-        if not allow_mixed:
+        if not uniform:
             return None
-        mixed = sorted(free_bins, key=lambda b: (-b.slots, b.hypothetical))
-        chosen: list[Bin] = []
-        total = 0
-        for b in mixed:
-            chosen.append(b)
-            total += b.slots
-            if total >= slots:
-                return chosen
-        return None
+        return min(
+            uniform,
+            key=lambda g: (
+                len(g),
+                sum(b.hypothetical for b in g),
+                sum(b.hourly_price for b in g),
+            ),
+        )

@@ -9,7 +9,13 @@ Demand the scheduler could not place is matched, in order, against:
    is no bargain for one 1-GPU trial), from offerings the cloud has not recently refused;
    while the pool is under arrival pressure every GPU counts as useful and the biggest of
    the equally cheap shapes is bought (see ``_Buyer.choose``).
-   A gang larger than one instance is bought whole, of one instance type.
+   A gang larger than any one instance is planned on instances of one instance type (the
+   scheduler places gangs uniform only), on the fewest instances that cover it and that
+   max_instances and the budget allow, then the cheapest: distributed training wants few,
+   large nodes, and eight 1-GPU instances can be cheaper per GPU but over max_instances.
+   Entirely free agents of that type (existing, or coming with unclaimed room) count first;
+   only the rest is bought, and a gang partly covered by launches on their way keeps the
+   agents it counts on reserved (or gets the instances it lost).
 Step 1 makes planning idempotent: the same demand, planned again, launches nothing. The
 count is clamped to ``max_instances`` (a gang that cannot get every instance launches none)
 and to the monthly budget; ``min_instances`` is topped up with the cheapest offering.
@@ -22,15 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral.domain.backoff import blocked_reason as pool_blocked_reason
-from corral.domain.cost import budget_allows
+from corral.domain.cost import BUDGET_LOOKAHEAD_H, budget_allows
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.offerings import Offering
-from corral.domain.packing import Bin, BinIndex
+from corral.domain.packing import Bin, BinIndex, Parts
 from corral.domain.policy import PoolPolicy
 from corral.domain.records import PoolState
 from corral.domain.trial import Trial
-
-Parts = tuple[tuple[str, tuple[int, ...]], ...]
 
 # A pool that had to launch for waiting trials this recently is under arrival pressure
 # (two hours: bursts of submissions in the published traces come in waves of hours).
@@ -61,17 +65,31 @@ class PoolPlan:
     surplus: tuple[str, ...] = ()
     # Why each unplaced trial still waits (shown to users as pending_reason).
     pending_reasons: Mapping[str, str] = field(default_factory=dict)
+    # Trials no launch (planned now or on its way) and no room that exists serves: they wait
+    # for the pool itself to change (max_instances, budget, backoff, breaker, refusals).
+    unserved: frozenset[str] = frozenset()
 
 
 def max_trial_slots(pool: PoolPolicy) -> int:
-    """The largest trial a pool can ever run: every instance of its biggest offering."""
+    """The largest trial a pool can ever run: every instance of its biggest offering (gangs
+    are uniform, so a bigger one could only mix instance types)."""
     biggest = max((o.slots for o in pool.offerings()), default=0)
     return biggest * pool.max_instances
 
 
+def instances_needed(slots: int, offering: Offering) -> int:
+    """Instances of ``offering`` a trial of ``slots`` GPUs takes (a uniform gang)."""
+    return max(1, -(-slots // max(offering.slots, 1)))
+
+
 def infeasible_reason(slots: int, pool: PoolPolicy) -> str | None:
-    """Why a trial of ``slots`` GPUs can never run in ``pool``, or None if it can."""
-    if not pool.offerings():
+    """Why a trial of ``slots`` GPUs can never run in ``pool``, or None if it can.
+
+    It can when some offering covers it within ``max_instances`` and one hour of those
+    instances, on an otherwise empty pool at the start of a month, fits the monthly budget.
+    """
+    offerings = [o for o in pool.offerings() if o.slots > 0 or slots == 0]
+    if not offerings:
         return f"pool {pool.name} has no instance type to launch"
     if pool.max_instances <= 0:
         return f"pool {pool.name} has max_instances 0"
@@ -81,6 +99,15 @@ def infeasible_reason(slots: int, pool: PoolPolicy) -> str | None:
             f"needs {slots} GPUs but pool {pool.name} holds at most {limit} "
             f"({pool.max_instances} instances x {limit // pool.max_instances} GPUs)"
         )
+    budget = pool.monthly_budget_usd
+    if budget is not None:
+        within = [o for o in offerings if instances_needed(slots, o) <= pool.max_instances]
+        cheapest = min(o.hourly_price * instances_needed(slots, o) for o in within)
+        if cheapest * BUDGET_LOOKAHEAD_H > budget:
+            return (
+                f"needs {slots} GPUs, at least ${cheapest:,.2f} an hour in pool {pool.name}, "
+                f"more than its monthly budget of ${budget:,.2f}"
+            )
     return None
 
 
@@ -126,12 +153,9 @@ class _Buyer:
         for the burst at no higher price). Otherwise, right-size: an 8-GPU instance is no
         bargain for one 1-GPU trial when nothing else is coming.
         """
-        if not self.offerings:
-            return None
         fits = [o for o in self.offerings if o.slots >= max(slots, 1)]
         if not fits:
-            # A gang over several instances: every GPU is useful; prefer bigger nodes.
-            return min(self.offerings, key=lambda o: (o.price_per_slot_hour, -o.slots))
+            return None  # a gang over several instances: see _buy_gang
         if self.under_pressure:
             cheapest = min(o.price_per_slot_hour for o in fits)
             near = [o for o in fits if o.price_per_slot_hour <= cheapest * (1 + PRICE_TIE)]
@@ -156,6 +180,22 @@ class _Buyer:
                 f"${self.pool.monthly_budget_usd or 0:,.2f}"
             )
         return None
+
+    def gang_options(self, index: BinIndex, slots: int) -> list[tuple[Offering, list[Bin], int]]:
+        """Ways to cover a gang with one instance type, best first: (offering, entirely free
+        bins of its type to use, instances to buy). Fewest instances in all, then the
+        cheapest to buy, then spot, then the pool's order of offerings."""
+        options: list[tuple[tuple[int, float, bool, int], Offering, list[Bin], int]] = []
+        for n, offering in enumerate(self.offerings):
+            if offering.slots <= 0:
+                continue
+            needed = instances_needed(slots, offering)
+            reuse = index.fully_free_of(offering.instance_type)[:needed]
+            new = needed - len(reuse)
+            key = (needed, new * offering.hourly_price, not offering.is_spot, n)
+            options.append((key, offering, reuse, new))
+        options.sort(key=lambda o: o[0])
+        return [(offering, reuse, new) for _, offering, reuse, new in options]
 
     def buy(self, offering: Offering) -> Bin:
         self.headroom -= 1
@@ -192,11 +232,17 @@ def plan_pool(
     # 1. Trials covered by an instance launched for them.
     blocked = pool_blocked_reason(state, now)
     claimed: Counter[str] = Counter()
+    launched_for: dict[str, list[tuple[Instance, int]]] = {}
+    unserved: set[str] = set()
     for inst in starting.values():
         for trial_id, gpus in inst.planned_for:
             if trial_id in waiting:
                 claimed[inst.id] += gpus
-                reasons[trial_id] = _starting_reason(inst, blocked)
+                if trial_id not in unserved:
+                    reasons[trial_id] = _starting_reason(inst, blocked)
+                launched_for.setdefault(trial_id, []).append((inst, gpus))
+                if blocked is not None and inst.state is InstanceState.QUEUED:
+                    unserved.add(trial_id)  # its launch waits for the pool to unblock
     covered = set(reasons)
 
     # 2. Room on what exists or is coming.
@@ -221,18 +267,35 @@ def plan_pool(
         under_pressure=under_pressure(live, now),
     )
     used: set[str] = set(claimed)
+    # 1b. A gang only partly covered by launches on their way (the rest was planned on
+    # agents that exist, or one of its launches failed): the rest again, on its type.
+    for trial in unplaced:
+        covering = launched_for.get(trial.id)
+        rest = trial.slots - sum(gpus for _, gpus in covering or ())
+        if not covering or rest <= 0:
+            continue
+        parts, reason = _complete_gang(buyer, index, trial, covering[0][0], rest, blocked)
+        if parts is None:
+            reasons[trial.id] = reason
+            unserved.add(trial.id)
+            continue
+        used.update(bin_id for bin_id, _ in parts)
+        if any(bin_id in buyer.bought for bin_id, _ in parts):
+            reasons[trial.id] = _waiting_reason(trial, parts, buyer, starting)
+
     behind = Counter(t.slots for t in unplaced if t.id not in covered)
     for trial in unplaced:
         if trial.id in covered:
             continue
         behind[trial.slots] -= 1
-        # Uniform gangs only: a gang mixing instance types could be placed differently once
-        # the bought instances exist, and then need yet another launch.
-        parts = index.place(trial.slots, allow_mixed=False)
+        # Uniform gangs only (as the scheduler places them): a gang mixing instance types
+        # could be placed differently once the bought instances exist.
+        parts = index.place(trial.slots)
         if parts is None:
             parts, reason = _buy_for(buyer, index, trial, blocked, behind)
             if parts is None:
                 reasons[trial.id] = reason
+                unserved.add(trial.id)
                 continue
         used.update(bin_id for bin_id, _ in parts)
         reasons[trial.id] = _waiting_reason(trial, parts, buyer, starting)
@@ -246,7 +309,7 @@ def plan_pool(
     existing = {i.id for i in live}
     reserved = frozenset((used & existing) - set(starting))
     surplus = _surplus(pool, starting, used, len(live))
-    return PoolPlan(pool.name, launches, reserved, surplus, reasons)
+    return PoolPlan(pool.name, launches, reserved, surplus, reasons, frozenset(unserved))
 
 
 def under_pressure(live: Sequence[Instance], now: float) -> bool:
@@ -258,24 +321,81 @@ def under_pressure(live: Sequence[Instance], now: float) -> bool:
 def _buy_for(
     buyer: _Buyer, index: BinIndex, trial: Trial, blocked: str | None, behind: Counter[int]
 ) -> tuple[Parts | None, str]:
-    """Buy new instances for one trial: one that fits it, or a whole uniform gang."""
+    """Buy new instances for one trial: one that fits it, or a uniform gang."""
     if blocked is not None:
         return None, blocked
+    if not buyer.offerings:
+        return None, _no_offering_reason(buyer.pool)
     offering = buyer.choose(trial.slots, behind)
     if offering is None:
-        return None, _no_offering_reason(buyer.pool)
-    count = max(1, -(-trial.slots // max(offering.slots, 1)))
-    refusal = buyer.refusal(offering, count)
+        return _buy_gang(buyer, index, trial)
+    refusal = buyer.refusal(offering)
     if refusal is not None:
-        if count > 1:
-            refusal += f": the trial needs {count} instances of {_describe(offering)}"
         return None, refusal
-    fresh = BinIndex.of(buyer.buy(offering) for _ in range(count))
-    parts = fresh.place(trial.slots, allow_mixed=False)
-    assert parts is not None, "a whole uniform gang always fits"
+    fresh = BinIndex.of([buyer.buy(offering)])
+    parts = fresh.place(trial.slots)
+    assert parts is not None, "the offering holds the trial"
     for b in fresh.bins():
         index.add(b)  # leftover room on what was bought serves the demand behind
     return parts, ""
+
+
+def _buy_gang(buyer: _Buyer, index: BinIndex, trial: Trial) -> tuple[Parts | None, str]:
+    """A trial larger than any one offering: the fewest instances of one type that the pool
+    may still buy, then the cheapest, counting entirely free agents of that type first."""
+    options = buyer.gang_options(index, trial.slots)
+    first_refusal = ""
+    for offering, reuse, new in options:
+        refusal = buyer.refusal(offering, new) if new else None
+        if refusal is None:
+            return _take_gang(buyer, index, trial.slots, offering, reuse, new), ""
+        if not first_refusal:
+            first_refusal = f"{refusal}: the trial needs {_instances(new, offering)}"
+    return None, first_refusal or _no_offering_reason(buyer.pool)
+
+
+def _complete_gang(
+    buyer: _Buyer,
+    index: BinIndex,
+    trial: Trial,
+    launched: Instance,
+    rest: int,
+    blocked: str | None,
+) -> tuple[Parts | None, str]:
+    """The part of a gang its launches on their way do not cover: on entirely free agents of
+    their instance type, else on new ones of that type."""
+    kind = launched.offering.instance_type
+    same = [o for o in buyer.offerings if o.instance_type == kind]
+    offering = launched.offering if launched.offering in same else next(iter(same), None)
+    needed = instances_needed(rest, launched.offering)
+    reuse = index.fully_free_of(kind)[:needed]
+    new = needed - len(reuse)
+    if new == 0:
+        return index.take_whole(reuse, rest), ""
+    if blocked is not None:
+        return None, blocked
+    if offering is None:
+        return None, (
+            f"{_no_offering_reason(buyer.pool)}: the trial needs "
+            f"{new} more {kind} to join {launched.id}"
+        )
+    refusal = buyer.refusal(offering, new)
+    if refusal is not None:
+        return None, f"{refusal}: the trial needs {_instances(new, offering)} more"
+    return _take_gang(buyer, index, rest, offering, reuse, new), ""
+
+
+def _take_gang(
+    buyer: _Buyer, index: BinIndex, slots: int, offering: Offering, reuse: list[Bin], new: int
+) -> Parts:
+    fresh = [buyer.buy(offering) for _ in range(new)]
+    for b in fresh:
+        index.add(b)  # leftover room on what was bought serves the demand behind
+    return index.take_whole([*reuse, *fresh], slots)
+
+
+def _instances(count: int, offering: Offering) -> str:
+    return f"{count} instance{'s' if count != 1 else ''} of {_describe(offering)}"
 
 
 def _waiting_reason(

@@ -90,6 +90,9 @@ class Trial:
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     # Every agent the trial was ever placed on (logs and costs refer back to them).
     ran_on: tuple[str, ...] = ()
+    # Seq of the last log line of its latest run, as its agent reported with the terminal
+    # state (-1: no output; None: unknown): a reader follows the logs up to it.
+    log_end_seq: int | None = None
 
     @property
     def is_active(self) -> bool:

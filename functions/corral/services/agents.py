@@ -291,7 +291,13 @@ def _apply_status(
     instances = {k: v for k, v in agents.items() if v is not None}
     state = status.state
     if state in (AgentTrialState.STARTING, AgentTrialState.RUNNING):
-        if trial.state is TrialState.ASSIGNED and state is AgentTrialState.RUNNING:
+        # A gang runs once every rank runs it: until then it stays ASSIGNED, so a rank whose
+        # heartbeat comes later is still sent its start (``_orders``).
+        if (
+            trial.state is TrialState.ASSIGNED
+            and state is AgentTrialState.RUNNING
+            and _every_other_rank_reports(ctx, trial, record.id)
+        ):
             return [trial.transition(TrialState.RUNNING, now, f"running on {record.id}")]
         return [trial] if new_checkpoint else []
     if trial.state not in HOLDS_GPUS:
@@ -310,7 +316,18 @@ def _apply_status(
         moved, freed = _user_error(trial, instances, now, status.exit_code)
     else:  # PREEMPTED, or STOPPED without being asked: infrastructure, not the user's fault
         moved, freed = requeue(trial, instances, now, f"{state.value} on {record.id}")
-    return [moved, *freed]
+    # Where this run's output ends: log readers follow up to it (corral command run).
+    return [replace(moved, log_end_seq=status.log_end_seq), *freed]
+
+
+def _every_other_rank_reports(ctx: Context, trial: Trial, reporting: str) -> bool:
+    """Whether every agent of the trial's placement but ``reporting`` has it in its latest
+    heartbeat (an agent reports each trial it holds, from its start)."""
+    others = [
+        i for i in (trial.placement.instance_ids if trial.placement else ()) if i != reporting
+    ]
+    beats = ctx.store.heartbeats(others) if others else {}
+    return all(i in beats and any(r.trial_id == trial.id for r in beats[i].trials) for i in others)
 
 
 def _user_error(

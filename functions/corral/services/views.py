@@ -34,12 +34,14 @@ from corral.api.schemas.public import (
 from corral.domain import backoff, cost
 from corral.domain.errors import NotFoundError
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState
+from corral.domain.planner import PoolPlan
 from corral.domain.policy import PoolPolicy
 from corral.domain.records import Event, Experiment, ExperimentState, Heartbeat
 from corral.domain.state_machine import HistoryEntry
 from corral.domain.trial import ACTIVE_STATES, Trial, TrialState
 from corral.services.accounting import pool_month_to_date, settle_trial_cost
 from corral.services.context import Context
+from corral.services.scheduling import plan_all
 
 HOUR_S = 3600.0
 # The longest run of events sharing one timestamp an events page will read to end on a
@@ -248,15 +250,41 @@ def _instance(ctx: Context, inst: Instance, beat: Heartbeat | None) -> InstanceV
 # ---- pools ----------------------------------------------------------------------------------
 def list_pools(ctx: Context) -> PoolList:
     live = ctx.store.instances(states=LIVE_STATES)
+    pending = ctx.store.trials(states={TrialState.PENDING})
+    # The schedule pass's placement and plans, computed without writing anything: which
+    # pending trials no launch serves, and why.
+    _, plans = plan_all(ctx, pending, live)
     return PoolList(
         pools=[
-            _pool(ctx, pool, [i for i in live if i.pool == name])
+            _pool(
+                ctx,
+                pool,
+                [i for i in live if i.pool == name],
+                [t for t in pending if t.pool == name],
+                plans.get(name),
+            )
             for name, pool in ctx.pools.items()
         ]
     )
 
 
-def _pool(ctx: Context, pool: PoolPolicy, live: list[Instance]) -> PoolView:
+def cannot_serve_reason(plan: PoolPlan | None) -> str | None:
+    """One line on the pending trials of a pool that no launch serves, or None."""
+    if plan is None or not plan.unserved:
+        return None
+    why = Counter(plan.pending_reasons.get(t, "no launch planned") for t in plan.unserved)
+    (top, _), *others = why.most_common()
+    more = f" (and {len(others)} other reason(s))" if others else ""
+    return f"{len(plan.unserved)} pending trial(s) no launch serves: {top}{more}"
+
+
+def _pool(
+    ctx: Context,
+    pool: PoolPolicy,
+    live: list[Instance],
+    pending: list[Trial],
+    plan: PoolPlan | None,
+) -> PoolView:
     now = ctx.clock.now()
     state = ctx.store.pool_state(pool.name)
     by_state = Counter(i.state.value for i in live)
@@ -271,8 +299,10 @@ def _pool(ctx: Context, pool: PoolPolicy, live: list[Instance]) -> PoolView:
         min_instances=pool.min_instances,
         max_instances=pool.max_instances,
         instances_by_state={s.value: by_state[s.value] for s in InstanceState if s in LIVE_STATES},
-        trials_pending=len(ctx.store.trials(states={TrialState.PENDING}, pool=pool.name)),
+        trials_pending=len(pending),
         trials_running=len(ctx.store.trials(states={TrialState.RUNNING}, pool=pool.name)),
+        trials_unserved=len(plan.unserved) if plan is not None else 0,
+        cannot_serve=cannot_serve_reason(plan),
         offerings=[
             OfferingView(
                 key=o.key,
@@ -359,13 +389,22 @@ def logs_page(ctx: Context, trial_id: str, *, after_seq: int, limit: int) -> Log
     trial = ctx.store.get_trial(trial_id)
     if trial is None:
         raise NotFoundError(f"no trial {trial_id}")
+    # The trial is read before its lines: when it is done, every line its agent sent before
+    # the terminal status is already stored, so a page that ends there is the whole output.
     lines = ctx.store.logs(trial_id, after_seq=after_seq, limit=limit + 1)
     page = lines[:limit]
+    next_after_seq = page[-1].seq if page else after_seq
+    has_more = len(lines) > limit
+    done = not trial.is_active
+    end = trial.log_end_seq if done else None
     return LogsPage(
         trial_id=trial_id,
         trial_state=trial.state.value,
-        trial_done=not trial.is_active,
+        trial_done=done,
+        exit_code=trial.exit_code,
         lines=[LogLineView(seq=x.seq, at=x.at, line=x.line, stream=x.stream) for x in page],
-        next_after_seq=page[-1].seq if page else after_seq,
-        has_more=len(lines) > limit,
+        next_after_seq=next_after_seq,
+        has_more=has_more,
+        log_end_seq=end,
+        logs_complete=done and not has_more and (end is None or next_after_seq >= end),
     )

@@ -178,3 +178,95 @@ def test_infeasible_trials_are_named_at_submit_time() -> None:
     reason = infeasible_reason(9, pool(FOUR, max_instances=2))
     assert reason == "needs 9 GPUs but pool gpu holds at most 8 (2 instances x 4 GPUs)"
     assert infeasible_reason(1, pool()) == "pool gpu has no instance type to launch"
+
+
+# ---- gangs on the fewest instances (distributed.yaml on examples/cluster.yaml) ------------
+SMALL_SPOT = offering("g5.xlarge", 1, 0.4, SPOT, "us-east-1")
+BIG_SPOT = offering("g5.12xlarge", 4, 2.25, SPOT, "us-east-1")
+SMALL_OD = offering("g5.xlarge", 1, 1.006, ON_DEMAND, "us-east-1")
+BIG_OD = offering("g5.12xlarge", 4, 5.672, ON_DEMAND, "us-east-1")
+
+
+def example_pool(**settings: object):  # type: ignore[no-untyped-def]
+    settings.setdefault("max_instances", 4)
+    return pool(SMALL_SPOT, BIG_SPOT, SMALL_OD, BIG_OD, **settings)
+
+
+def test_a_gang_is_planned_on_the_fewest_instances_that_fit_max_instances() -> None:
+    # 8 x g5.xlarge is the cheapest per GPU but can never fit max_instances 4.
+    plan = plan_pool(example_pool(), [pending("gang", 8)], [], state(), NOW)
+    assert [launch.offering for launch in plan.launches] == [BIG_SPOT, BIG_SPOT]
+    assert [launch.planned_for for launch in plan.launches] == [(("gang", 4),), (("gang", 4),)]
+    assert plan.pending_reasons["gang"] == "waiting for a new g5.12xlarge (spot, us-east-1)"
+
+
+def test_a_gang_prefers_fewest_instances_then_the_cheapest() -> None:
+    # Without max_instances in the way, fewer nodes still win over a cheaper GPU-hour.
+    plan = plan_pool(example_pool(max_instances=20), [pending("gang", 8)], [], state(), NOW)
+    assert [launch.offering for launch in plan.launches] == [BIG_SPOT, BIG_SPOT]
+    # Among equally few instances, the cheapest: spot before on-demand.
+    memory = CapacityMemory().marked_unavailable(BIG_SPOT.key, NOW, 180)
+    plan = plan_pool(example_pool(), [pending("gang", 8)], [], state(capacity=memory), NOW)
+    assert [launch.offering for launch in plan.launches] == [BIG_OD, BIG_OD]
+
+
+def test_a_gang_falls_back_to_more_instances_when_the_fewest_do_not_fit_the_budget() -> None:
+    # Two g5.12xlarge on-demand ($11.34/h) exceed the budget; eight g5.xlarge spot fit.
+    only = pool(SMALL_SPOT, BIG_OD, max_instances=10, monthly_budget_usd=10.0)
+    plan = plan_pool(only, [pending("gang", 8)], [], state(), NOW)
+    assert [launch.offering for launch in plan.launches] == [SMALL_SPOT] * 8
+
+
+def test_a_gang_uses_entirely_free_agents_of_its_type_and_buys_only_the_rest() -> None:
+    idle = agent("idle", 4, instance_type="g5.12xlarge", price=2.25)
+    plan = plan_pool(example_pool(), [pending("gang", 8)], [idle], state(), NOW)
+    assert [launch.offering for launch in plan.launches] == [BIG_SPOT]
+    assert plan.reserved == {"idle"}  # the reaper must keep it for the gang
+    # Planned again with the launch queued: nothing new, and the idle agent stays reserved.
+    queued = replace(
+        agent("q", 4, state=InstanceState.QUEUED, instance_type="g5.12xlarge"),
+        planned_for=plan.launches[0].planned_for,
+    )
+    again = plan_pool(example_pool(), [pending("gang", 8)], [idle, queued], state(), NOW)
+    assert again.launches == ()
+    assert again.reserved == {"idle"}
+    assert again.surplus == ()
+
+
+def test_a_gang_half_registered_keeps_its_registered_agent_reserved() -> None:
+    # One of the gang's two instances registered, the other still boots.
+    up = agent("up", 4, instance_type="g5.12xlarge")
+    booting = replace(
+        agent("booting", 4, state=InstanceState.ALLOCATED, instance_type="g5.12xlarge"),
+        planned_for=(("gang", 4),),
+    )
+    plan = plan_pool(example_pool(), [pending("gang", 8)], [up, booting], state(), NOW)
+    assert plan.launches == ()
+    assert plan.reserved == {"up"}
+    assert plan.pending_reasons["gang"] == "waiting for booting to boot and register"
+
+
+def test_a_gang_whose_other_launch_failed_gets_the_missing_instance() -> None:
+    booting = replace(
+        agent("booting", 4, state=InstanceState.ALLOCATED, instance_type="g5.12xlarge"),
+        planned_for=(("gang", 4),),
+    )
+    plan = plan_pool(example_pool(), [pending("gang", 8)], [booting], state(), NOW)
+    assert [launch.planned_for for launch in plan.launches] == [(("gang", 4),)]
+    assert plan.launches[0].offering.instance_type == "g5.12xlarge"
+
+
+def test_single_gpu_trials_are_still_bought_cheapest_per_useful_gpu() -> None:
+    plan = plan_pool(example_pool(), [pending("t0"), pending("t1")], [], state(), NOW)
+    assert [launch.offering for launch in plan.launches] == [SMALL_SPOT, SMALL_SPOT]
+
+
+def test_infeasible_reason_counts_a_gang_that_no_budget_can_ever_pay() -> None:
+    # Two g5.12xlarge on-demand for one hour cost more than the whole monthly budget.
+    only_od = pool(BIG_OD, max_instances=4, monthly_budget_usd=10.0)
+    assert infeasible_reason(4, only_od) is None
+    reason = infeasible_reason(8, only_od)
+    assert reason is not None and "monthly budget" in reason
+    assert infeasible_reason(8, example_pool()) is None
+    assert infeasible_reason(16, example_pool()) is None
+    assert infeasible_reason(17, example_pool()) is not None

@@ -87,3 +87,17 @@ def test_zero_slot_trial_goes_on_any_agent() -> None:
 def test_ignores_trials_that_are_not_pending() -> None:
     trial = pending("t1", 1).transition(TrialState.CANCELLED, 1, "killed")
     assert schedule([trial], [agent("a", 1)]).assignments == ()
+
+
+def test_a_gang_is_never_placed_across_instance_types() -> None:
+    # torch.distributed ranks assume every node runs the same number of GPUs, and the planner
+    # plans uniform gangs: a mixed placement would leave what it launched unused.
+    agents = [
+        agent("a-4", 4, instance_type="g5.12xlarge"),
+        *(agent(f"s-{n}", 1, instance_type="g5.xlarge") for n in range(4)),
+    ]
+    result = schedule([pending("gang", 8)], agents)
+    assert placed(result, "gang") is None
+    agents.append(agent("b-4", 4, instance_type="g5.12xlarge"))
+    result = schedule([pending("gang", 8)], agents)
+    assert placed(result, "gang") == (("a-4", (0, 1, 2, 3)), ("b-4", (0, 1, 2, 3)))

@@ -90,6 +90,12 @@ class TrialStatus(_Model):
     exit_code: int | None = None
     latest_checkpoint: str | None = None
     message: str | None = None
+    log_end_seq: int | None = Field(
+        default=None,
+        ge=-1,
+        description="With a terminal state: the seq of the last log line of the trial on this "
+        "agent (-1: none), sent before this status; readers follow the logs up to it",
+    )
 
 
 class HeartbeatRequest(_Model):

@@ -222,6 +222,14 @@ class PoolView(_View):
     instances_by_state: dict[str, int] = Field(description="Live (non-terminal) instances")
     trials_pending: int
     trials_running: int
+    trials_unserved: int = Field(
+        description="Pending trials that no launch (planned or on its way) and no free room "
+        "serves: they wait for the pool itself to change"
+    )
+    cannot_serve: str | None = Field(
+        description="Why the pool cannot serve its queue now (at max_instances, budget "
+        "reached, backed off, breaker open, offerings refused), with how many trials wait"
+    )
     offerings: list[OfferingView]
     blocked_reason: str | None = Field(description="Why the pool launches nothing now")
     backoff: BackoffView
@@ -260,11 +268,21 @@ class LogLineView(_View):
 
 class LogsPage(_View):
     trial_id: str
-    trial_state: str = Field(description="Stop following once it is terminal")
+    trial_state: str = Field(description="Terminal once trial_done")
     trial_done: bool
+    exit_code: int | None = Field(description="The trial's exit code once it ended, if any")
     lines: list[LogLineView]
     next_after_seq: int = Field(description="Pass as ?after_seq= to get the next lines")
     has_more: bool
+    log_end_seq: int | None = Field(
+        description="Seq of the last line of the trial's output, once its agent reported the "
+        "end (null: not known)"
+    )
+    logs_complete: bool = Field(
+        description="The trial is done and this page reaches the end of its output: stop "
+        "following. A done trial may still be incomplete for a moment (its agent's last "
+        "lines are on their way)"
+    )
 
 
 # ---- agent endpoints that reply with more than the protocol's own models --------------------
