@@ -140,3 +140,31 @@ def test_a_gang_rank_that_heartbeats_late_still_gets_its_start() -> None:
     assert done.state is TrialState.COMPLETED
     # Nothing was lost: rank 0 was sent its start, and the trial never went back to PENDING.
     assert [h.state for h in done.history].count(TrialState.PENDING) == 1, done.history
+
+
+def test_idle_agents_of_the_wrong_shape_make_room_for_a_gang_at_once() -> None:
+    """The local stack's sequence: a 1-GPU grid leaves four idle g5.xlarge (max_instances 4),
+    then the 8-GPU gang arrives. It must not wait for their idle period to end."""
+    from corral.services.reaping import run_idle_reap
+
+    cluster = example_cluster(max_idle_s=600.0)
+    grid = cluster.submit(
+        name="grid",
+        hyperparameters={"x": {"type": "categorical", "vals": [1, 2, 3, 4]}},
+        searcher={"name": "grid", "metric": "loss"},
+    )
+    for t in grid.trials:
+        cluster.scripts[t.id] = Script(duration_s=10)
+    cluster.pump()
+    cluster.run(90)
+    assert [i.offering.instance_type for i in cluster.instances()] == ["g5.xlarge"] * 4
+    assert all(cluster.trial(t.id).state is TrialState.COMPLETED for t in grid.trials)
+
+    (gang,) = cluster.submit(name="gang", resources={"slots_per_trial": 8}).trials
+    cluster.pump()
+    assert "max_instances" in (cluster.trial(gang.id).pending_reason or "")
+    report = run_idle_reap(cluster.ctx)  # one timer pass, well within the idle period
+    assert len(report.terminated) == 2  # the room the gang needs, no more
+    cluster.pump()  # the reaper woke the scheduler: the launch is planned now
+    big = [i for i in cluster.instances() if i.offering.instance_type == "g5.12xlarge"]
+    assert len(big) == 2

@@ -28,6 +28,7 @@ def test_work_submitted_while_an_agent_drains_runs_on_it() -> None:
     cluster = Cluster(make_pool(max_idle_s=60.0))
     agent_id = _one_idle_agent(cluster)
     cluster.run(65)
+    cluster.clock.advance(20)  # its last heartbeat is too old to confirm it empty at once
     run_idle_reap(cluster.ctx)
     assert cluster.store.get_instance(agent_id).state is InstanceState.DRAINING  # type: ignore[union-attr]
 

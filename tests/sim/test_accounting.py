@@ -14,16 +14,16 @@ from .helpers import run
 def test_one_job_costs_boot_work_and_idle_until_reaped() -> None:
     # Launched at 0, billed from 0 (no unbilled pending phase), registers at 60 s, runs
     # 3600 s, idle from 3660 s. The reaper runs on the minute: idle > 300 s first at
-    # 4020 s (drained), terminated at the next pass, 4080 s.
+    # 4020 s, drained and (its fresh heartbeat reporting nothing) terminated in that pass.
     metrics, _ = run([Job(0, 1, 3600, "one")])
     assert metrics.completed == metrics.jobs == 1
-    assert metrics.cost_usd == pytest.approx(4080 / 3600, abs=0.01)
+    assert metrics.cost_usd == pytest.approx(4020 / 3600, abs=0.01)
     assert metrics.oracle_cost_usd == pytest.approx(1.0)
-    assert metrics.cost_ratio == pytest.approx(4080 / 3600, abs=1e-3)
+    assert metrics.cost_ratio == pytest.approx(4020 / 3600, abs=1e-3)
     assert metrics.wait_p50_s == metrics.wait_p95_s == metrics.wait_max_s == 60.0
     assert metrics.gpu_hours_used == pytest.approx(1.0)
-    assert metrics.gpu_hours_paid == pytest.approx(4080 / 3600, abs=0.01)
-    assert metrics.idle_gpu_hours == pytest.approx(480 / 3600, abs=0.01)
+    assert metrics.gpu_hours_paid == pytest.approx(4020 / 3600, abs=0.01)
+    assert metrics.idle_gpu_hours == pytest.approx(420 / 3600, abs=0.01)
     assert metrics.instances_launched == 1
     assert metrics.spot_interruptions == metrics.launch_failures == 0
     assert metrics.lost_gpu_hours == 0.0

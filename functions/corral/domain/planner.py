@@ -68,6 +68,11 @@ class PoolPlan:
     # Trials no launch (planned now or on its way) and no room that exists serves: they wait
     # for the pool itself to change (max_instances, budget, backoff, breaker, refusals).
     unserved: frozenset[str] = frozenset()
+    # Instances the pool is short of under max_instances to serve the waiting demand: the
+    # reaper makes that much room by retiring idle agents the plan does not count on
+    # (agents of a shape no waiting trial can use would otherwise hold the room until their
+    # idle period ends).
+    room_needed: int = 0
 
 
 def max_trial_slots(pool: PoolPolicy) -> int:
@@ -141,6 +146,7 @@ class _Buyer:
     bought: dict[str, Offering] = field(default_factory=dict)
     demand: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     under_pressure: bool = False
+    room_needed: int = 0  # the largest shortfall under max_instances a refusal met
 
     def choose(self, slots: int, behind: Counter[int]) -> Offering | None:
         """Cheapest offering per useful GPU for this trial and the demand behind it.
@@ -180,6 +186,12 @@ class _Buyer:
                 f"${self.pool.monthly_budget_usd or 0:,.2f}"
             )
         return None
+
+    def note_short(self, count: int) -> None:
+        """A purchase of ``count`` instances was refused: remember how far it fell short of
+        max_instances (a budget refusal is no shortage of room)."""
+        if self.headroom < count:
+            self.room_needed = max(self.room_needed, count - self.headroom)
 
     def gang_options(self, index: BinIndex, slots: int) -> list[tuple[Offering, list[Bin], int]]:
         """Ways to cover a gang with one instance type, best first: (offering, entirely free
@@ -309,7 +321,15 @@ def plan_pool(
     existing = {i.id for i in live}
     reserved = frozenset((used & existing) - set(starting))
     surplus = _surplus(pool, starting, used, len(live))
-    return PoolPlan(pool.name, launches, reserved, surplus, reasons, frozenset(unserved))
+    return PoolPlan(
+        pool.name,
+        launches,
+        reserved,
+        surplus,
+        reasons,
+        frozenset(unserved),
+        room_needed=buyer.room_needed,
+    )
 
 
 def under_pressure(live: Sequence[Instance], now: float) -> bool:
@@ -331,6 +351,7 @@ def _buy_for(
         return _buy_gang(buyer, index, trial)
     refusal = buyer.refusal(offering)
     if refusal is not None:
+        buyer.note_short(1)
         return None, refusal
     fresh = BinIndex.of([buyer.buy(offering)])
     parts = fresh.place(trial.slots)
@@ -351,6 +372,8 @@ def _buy_gang(buyer: _Buyer, index: BinIndex, trial: Trial) -> tuple[Parts | Non
             return _take_gang(buyer, index, trial.slots, offering, reuse, new), ""
         if not first_refusal:
             first_refusal = f"{refusal}: the trial needs {_instances(new, offering)}"
+    if options:
+        buyer.note_short(min(new for _, _, new in options))
     return None, first_refusal or _no_offering_reason(buyer.pool)
 
 
@@ -381,6 +404,7 @@ def _complete_gang(
         )
     refusal = buyer.refusal(offering, new)
     if refusal is not None:
+        buyer.note_short(new)
         return None, f"{refusal}: the trial needs {_instances(new, offering)} more"
     return _take_gang(buyer, index, rest, offering, reuse, new), ""
 

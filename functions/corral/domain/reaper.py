@@ -54,6 +54,10 @@ class ReapPlan:
     drain: tuple[ReapDecision, ...] = ()  # IDLE -> DRAINING
     terminate: tuple[ReapDecision, ...] = ()  # DRAINING -> TERMINATING (then the cloud call)
     undrain: tuple[ReapDecision, ...] = ()  # DRAINING -> IDLE
+    # Drained agents already confirmed empty by a fresh heartbeat: terminated in the same
+    # pass once their drain is written (the conditional write is what rules out a racing
+    # assignment), so an idle agent costs at most its idle period and one timer period.
+    terminate_after_drain: frozenset[str] = frozenset()
 
     @property
     def decisions(self) -> tuple[ReapDecision, ...]:
@@ -114,8 +118,16 @@ def plan_reaping(
     *,
     reserved: frozenset[str] = frozenset(),
     heartbeats: Mapping[str, Heartbeat] | None = None,
+    room_needed: int = 0,
+    fresh_after: float | None = None,
 ) -> ReapPlan:
-    """Plan one reaping pass over the records of ``pool`` (others are ignored)."""
+    """Plan one reaping pass over the records of ``pool`` (others are ignored).
+
+    ``room_needed``: instances the waiting demand is short of under ``max_instances``; that
+    many idle agents the plan does not count on are drained now, idle time aside (agents of
+    a shape no waiting trial can use would hold the room until their idle period ends).
+    ``fresh_after``: a heartbeat taken after this confirms an agent empty in this very pass.
+    """
     beats = heartbeats or {}
     mine = sorted((i for i in instances if i.pool == pool.name), key=lambda i: i.id)
     floor = pool.min_instances
@@ -157,6 +169,17 @@ def plan_reaping(
         drain.append(ReapDecision(inst, IS.DRAINING, reason))
         staying -= 1
 
+    # The waiting demand has no room under max_instances: make it from idle agents the
+    # plan does not count on (``candidates`` excludes reserved ones), longest idle first.
+    while room_needed > 0 and schedulable and staying > floor:
+        inst = schedulable.pop(0)
+        reason = (
+            f"idle, making room for pending demand (pool at max_instances {pool.max_instances})"
+        )
+        drain.append(ReapDecision(inst, IS.DRAINING, reason))
+        staying -= 1
+        room_needed -= 1
+
     for inst in schedulable:
         idle_for = now - _idle_from(inst, now)
         if staying <= floor:
@@ -175,7 +198,19 @@ def plan_reaping(
         drain.append(ReapDecision(inst, IS.DRAINING, reason))
         staying -= 1
 
-    return ReapPlan(tuple(drain), tuple(terminate), tuple(undrain))
+    confirmed = frozenset(
+        d.instance.id for d in drain if _freshly_empty(beats.get(d.instance.id), fresh_after)
+    )
+    return ReapPlan(tuple(drain), tuple(terminate), tuple(undrain), confirmed)
+
+
+def _freshly_empty(heartbeat: Heartbeat | None, fresh_after: float | None) -> bool:
+    return (
+        fresh_after is not None
+        and heartbeat is not None
+        and heartbeat.at > fresh_after
+        and not heartbeat.trials
+    )
 
 
 def _idle_from(instance: Instance, now: float) -> float:

@@ -61,6 +61,8 @@ class ScalingPolicy(Protocol):
         *,
         reserved: frozenset[str] = frozenset(),
         heartbeats: Mapping[str, Heartbeat] | None = None,
+        room_needed: int = 0,
+        fresh_after: float | None = None,
     ) -> ReapPlan: ...
 
 
@@ -96,8 +98,18 @@ class DomainPolicy:
         *,
         reserved: frozenset[str] = frozenset(),
         heartbeats: Mapping[str, Heartbeat] | None = None,
+        room_needed: int = 0,
+        fresh_after: float | None = None,
     ) -> ReapPlan:
-        return reaper.plan_reaping(pool, instances, now, reserved=reserved, heartbeats=heartbeats)
+        return reaper.plan_reaping(
+            pool,
+            instances,
+            now,
+            reserved=reserved,
+            heartbeats=heartbeats,
+            room_needed=room_needed,
+            fresh_after=fresh_after,
+        )
 
 
 @dataclass

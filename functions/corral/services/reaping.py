@@ -28,6 +28,8 @@ def run_idle_reap(ctx: Context) -> ReapReport:
     live = ctx.store.instances(states=LIVE_STATES)
     _, plans = plan_all(ctx, ctx.store.trials(states={TrialState.PENDING}), live)
     heartbeats = ctx.store.heartbeats([i.id for i in live])
+    # A heartbeat this recent that reports nothing confirms an agent empty at once.
+    fresh_after = now - 3 * ctx.settings.heartbeat_interval_s
     for name, pool in ctx.pools.items():
         plan = ctx.policy.plan_reaping(
             pool,
@@ -35,20 +37,29 @@ def run_idle_reap(ctx: Context) -> ReapReport:
             now,
             reserved=plans[name].reserved,
             heartbeats=heartbeats,
+            room_needed=plans[name].room_needed,
+            fresh_after=fresh_after,
         )
         for decision in plan.drain:
-            if _move(
-                ctx, decision.instance.transition(InstanceState.DRAINING, now, decision.reason)
-            ):
-                report.drained.append(decision.instance.id)
+            drained = decision.instance.transition(InstanceState.DRAINING, now, decision.reason)
+            if not _move(ctx, drained):
+                continue
+            report.drained.append(decision.instance.id)
+            if decision.instance.id in plan.terminate_after_drain:
+                stored = ctx.store.get_instance(drained.id)
+                if stored is not None and terminate(
+                    ctx, stored, "drained and confirmed empty", EventKind.INSTANCE_TERMINATED
+                ):
+                    report.terminated.append(drained.id)
         for decision in plan.undrain:
             if _move(ctx, decision.instance.transition(InstanceState.IDLE, now, decision.reason)):
                 report.undrained.append(decision.instance.id)
         for decision in plan.terminate:
             if terminate(ctx, decision.instance, decision.reason, EventKind.INSTANCE_TERMINATED):
                 report.terminated.append(decision.instance.id)
-    if report.undrained:
-        wake_scheduler(ctx, "agents taken back from draining")
+    if report.undrained or (report.terminated and any(p.unserved for p in plans.values())):
+        # Taken-back agents get work now; freed room under max_instances gets a launch now.
+        wake_scheduler(ctx, "the reaper changed the fleet the pending demand waits for")
     return report
 
 

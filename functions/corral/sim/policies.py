@@ -179,6 +179,8 @@ class DeterminedScaling:
         *,
         reserved: frozenset[str] = frozenset(),
         heartbeats: Mapping[str, Heartbeat] | None = None,
+        room_needed: int = 0,
+        fresh_after: float | None = None,
     ) -> ReapPlan:
         beats = heartbeats or {}
         mine = [i for i in instances if i.pool == pool.name]

@@ -235,3 +235,31 @@ def test_property_reaper_never_takes_busy_working_or_reserved_agents_nor_goes_be
         after[decision.instance.id] = decision.apply(NOW)
     before = staying(agents)
     assert staying(list(after.values())) >= min(before, pool.min_instances)
+
+
+def test_a_drained_agent_with_a_fresh_empty_heartbeat_is_terminated_in_the_same_pass() -> None:
+    fresh = {"a": Heartbeat("a", NOW - 5), "b": Heartbeat("b", NOW - 60)}
+    plan = plan_reaping(
+        POOL, [idle("a", 301), idle("b", 400)], NOW, heartbeats=fresh, fresh_after=NOW - 15
+    )
+    assert sorted(ids(plan.drain)) == ["a", "b"]
+    assert plan.terminate_after_drain == frozenset({"a"})  # b's heartbeat is too old
+
+
+def test_no_same_pass_termination_without_a_fresh_heartbeat_window() -> None:
+    plan = plan_reaping(POOL, [idle("a", 301)], NOW, heartbeats={"a": Heartbeat("a", NOW)})
+    assert plan.terminate_after_drain == frozenset()
+
+
+def test_room_for_blocked_demand_is_made_from_idle_agents_at_once() -> None:
+    pool = make_pool(max_idle_s=300.0, min_instances=1, max_instances=4)
+    agents = [idle("a", 10), idle("b", 50), idle("c", 20), idle("r", 100)]
+    plan = plan_reaping(pool, agents, NOW, reserved=frozenset({"r"}), room_needed=2)
+    assert ids(plan.drain) == ["b", "c"]  # longest idle first; the reserved one stays
+    assert "making room" in plan.drain[0].reason
+
+
+def test_making_room_never_goes_below_min_instances() -> None:
+    pool = make_pool(max_idle_s=300.0, min_instances=2, max_instances=2)
+    plan = plan_reaping(pool, [idle("a", 10), idle("b", 50)], NOW, room_needed=2)
+    assert plan.drain == ()
