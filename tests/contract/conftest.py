@@ -12,13 +12,19 @@ How to add an adapter (the DynamoDB store, the Firestore store, the EC2 provider
      way to create an instance *outside* Corral, and a way to see an instance's raw state).
      For EC2 under moto: ``mock_aws()``, ``MOTO_EC2_LOAD_DEFAULT_AMIS=false``, a subnet and
      an AMI, foreign instances via a plain ``ec2.run_instances`` with the given tags.
-2. Register it under a short name in ``STORE_FACTORIES`` or ``CLOUD_FACTORIES``. Every test
-   taking ``store`` / ``store_factory`` / ``cloud_env`` / ``cloud`` then runs against it, with
-   the name in the test id (``test_x[dynamodb]``).
+   - A queue factory yields a ``QueueHarness`` (queue_harness.py): the Queue adapter plus a
+     test-only consumer side (receive / delete by receipt / advance time), since the port
+     itself only sends.
+2. Register it under a short name in ``STORE_FACTORIES``, ``CLOUD_FACTORIES`` or
+   ``QUEUE_FACTORIES``. Every test taking ``store`` / ``store_factory`` / ``cloud_env`` /
+   ``cloud`` / ``queue_env`` then runs against it, with the name in the test id
+   (``test_x[dynamodb]``).
 
-The cloud suite only uses behaviour that real EC2, moto and Compute Engine all have (moto
-ignores ClientToken and fills spot requests at once, so token idempotency and open spot
-requests are not in it); what only the simulated cloud does is tested in tests/unit/adapters.
+The cloud suite only uses behaviour that real EC2, moto and Compute Engine all have, plus
+capabilities a harness declares: launch-token idempotency is asserted where the backend has
+it (the simulated cloud, the fake GCE server's requestId) and an expected failure on moto,
+which ignores ClientToken; open spot requests are not in it (moto fills them at once). What
+only the simulated cloud does is tested in tests/unit/adapters.
 """
 
 from __future__ import annotations
@@ -39,6 +45,15 @@ from corral.ports.store import Store
 from tests.contract.dynamo_harness import dynamodb_store
 from tests.contract.firestore_harness import firestore_store, prestart, stop_emulator
 from tests.contract.gce_harness import gce_on_fake_server
+from tests.contract.pubsub_harness import prestart as prestart_pubsub
+from tests.contract.pubsub_harness import pubsub_on_emulator
+from tests.contract.pubsub_harness import stop_emulator as stop_pubsub
+from tests.contract.queue_harness import (
+    QueueHarness,
+    memory_queue,
+    memory_queue_as_pubsub,
+    sqs_on_moto,
+)
 
 # ---- stores -------------------------------------------------------------------------------
 
@@ -63,8 +78,11 @@ def _firestore_emulator(request: pytest.FixtureRequest) -> Iterator[None]:
     needs none), so the JVM starts while other contract tests run; stop it at the end."""
     if any("[firestore" in item.nodeid for item in request.session.items):
         prestart()
+    if any("[pubsub" in item.nodeid for item in request.session.items):
+        prestart_pubsub()
     yield
     stop_emulator()
+    stop_pubsub()
 
 
 @pytest.fixture(params=sorted(STORE_FACTORIES))
@@ -94,6 +112,8 @@ class CloudHarness:
     raw_state: Callable[[str], CloudState | None]
     # An instance id in the cloud's own format that does not exist.
     unknown_id: str = "i-0123456789abcdef0"
+    # Why this backend launches again on a repeated launch token (None: it honours tokens).
+    token_gap: str | None = None
 
 
 CloudFactory = Callable[[], AbstractContextManager[CloudHarness]]
@@ -194,6 +214,7 @@ def ec2_under_moto() -> Iterator[CloudHarness]:
             spot=Offering("g5.xlarge", subnet, CapacityType.SPOT, 1, 0.45),
             add_foreign=add_foreign,
             raw_state=raw_state,
+            token_gap="moto ignores ClientToken (real EC2 returns the first instance)",
         )
 
 
@@ -213,3 +234,21 @@ def cloud_env(request: pytest.FixtureRequest) -> Iterator[CloudHarness]:
 @pytest.fixture
 def cloud(cloud_env: CloudHarness) -> CloudProvider:
     return cloud_env.cloud
+
+
+# ---- queues -------------------------------------------------------------------------------
+
+QueueFactory = Callable[[], AbstractContextManager[QueueHarness]]
+
+QUEUE_FACTORIES: dict[str, QueueFactory] = {
+    "memory": memory_queue,  # the template's SQS queues (schedule FIFO, the rest standard)
+    "memory-as-pubsub": memory_queue_as_pubsub,  # the same fake configured as Pub/Sub
+    "sqs": sqs_on_moto,  # SqsQueue on moto, queues as infra/template.yaml declares them
+    "pubsub": pubsub_on_emulator,  # Google's emulator; skips when gcloud is absent
+}
+
+
+@pytest.fixture(params=sorted(QUEUE_FACTORIES))
+def queue_env(request: pytest.FixtureRequest) -> Iterator[QueueHarness]:
+    with QUEUE_FACTORIES[request.param]() as harness:
+        yield harness

@@ -1,12 +1,16 @@
 """The CloudProvider contract (corral.ports.cloud), run against every registered provider.
 
 Only behaviour that real EC2, moto and Compute Engine share is asserted here: no timing, no
-token idempotency (moto ignores ClientToken), no open spot requests (moto fills at once).
+open spot requests (moto fills at once). Token idempotency is asserted on every backend that
+has it (the simulated cloud; GCE's requestId on the fake server) and is a strict expected
+failure on moto, which ignores ClientToken (``CloudHarness.token_gap``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import pytest
 
 from corral.ports.cloud import CloudInstance, CloudProvider, CloudState, LaunchRequest
 
@@ -101,3 +105,24 @@ def test_spot_launch_is_tagged_with_pool_and_record(cloud_env: CloudHarness) -> 
         requests = {r.request_id: r for r in cloud_env.cloud.list_spot_requests()}
         request = requests[result.spot_request_id or ""]
         assert (request.pool, request.record_id) == ("gpu", "rec-s")
+
+
+@pytest.mark.parametrize("spot", [False, True], ids=["on-demand", "spot"])
+def test_a_repeated_launch_token_yields_one_instance(
+    cloud_env: CloudHarness, request: pytest.FixtureRequest, spot: bool
+) -> None:
+    """A launch message delivered twice (or a retry after a crash) calls the cloud again with
+    the same token: the cloud answers with what it made the first time."""
+    if cloud_env.token_gap is not None:
+        request.applymarker(pytest.mark.xfail(reason=cloud_env.token_gap, strict=True))
+    offering = cloud_env.spot if spot else cloud_env.on_demand
+    launch_request = LaunchRequest("rec-t", "gpu", offering, "rec-t-a0")
+    first = cloud_env.cloud.launch(launch_request)
+    again = cloud_env.cloud.launch(launch_request)
+    assert again.cloud_id == first.cloud_id or first.cloud_id is None
+    assert again.spot_request_id == first.spot_request_id
+    ours = [i for i in cloud_env.cloud.list_owned() if i.record_id == "rec-t"]
+    assert len(ours) <= 1
+    assert len([r for r in cloud_env.cloud.list_spot_requests() if r.record_id == "rec-t"]) <= 1
+    other = cloud_env.cloud.launch(LaunchRequest("rec-u", "gpu", offering, "rec-u-a0"))
+    assert (other.cloud_id, other.spot_request_id) != (first.cloud_id, first.spot_request_id)

@@ -10,7 +10,9 @@
   FIFO queues cannot delay one message: a ``delay_s`` sent to one raises ``ValueError``.
 - Standard queues ignore ``dedupe_id`` (consumers are idempotent) and get ``DelaySeconds``
   from ``delay_s``, rounded up and capped at SQS's 900 s: consumers re-check their deadlines.
-- The body is JSON ``{"kind": ..., "body": ...}``; ``parse_sqs_body`` reverses it.
+- The body is JSON ``{"kind": ..., "body": ...}``; ``parse_sqs_body`` reverses it. A body
+  over SQS's 256 KiB raises ``ValueError`` before anything is sent, like every other
+  refusal found while building the entries: a batch is sent whole or not at all.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from corral.ports.queue import Message, QueueName
 
 MAX_BATCH = 10  # SendMessageBatch entries
 MAX_BATCH_BYTES = 256 * 1024  # total payload of one batch
+MAX_MESSAGE_BYTES = 256 * 1024  # one message body
 MAX_DELAY_S = 900  # SQS DelaySeconds maximum
 _RETRIES = 5
 _ID_OK = re.compile(r"^[\x21-\x7e]{1,128}$")  # allowed dedupe / group id characters
@@ -109,7 +112,13 @@ class SqsQueue:
             self._send_batch(url, batch)
 
     def _entry(self, entry_id: str, message: Message, fifo: bool) -> dict[str, Any]:
-        entry: dict[str, Any] = {"Id": entry_id, "MessageBody": encode_body(message)}
+        body = encode_body(message)
+        if len(body.encode()) > MAX_MESSAGE_BYTES:
+            raise ValueError(
+                f"{message.kind}: {len(body.encode())} bytes is over SQS's "
+                f"{MAX_MESSAGE_BYTES}-byte message limit"
+            )
+        entry: dict[str, Any] = {"Id": entry_id, "MessageBody": body}
         if fifo:
             if message.delay_s > 0:
                 raise ValueError(

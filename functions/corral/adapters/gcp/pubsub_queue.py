@@ -7,6 +7,8 @@
 - ``send`` publishes every message and waits for every publish future before returning: a
   Cloud Function's CPU is throttled once it has answered, so nothing may be left in the
   client's background batch. A failed publish raises ``SendError`` naming what was lost.
+  Every message is encoded and checked first, so a body that is not JSON (TypeError) or is
+  over Pub/Sub's 10 MB (ValueError) refuses the whole send before anything is published.
 - Dedupe: Pub/Sub has no publish-side deduplication (exactly-once delivery only stops
   redelivery of one published message). ``dedupe_id`` travels as an attribute for logs and
   tracing; correctness rests where it does on SQS standard queues: every consumer is
@@ -38,6 +40,7 @@ from corral.ports.queue import Message, QueueName
 DEFAULT_TOPICS: Mapping[QueueName, str] = {q: f"corral-{q.value}" for q in QueueName}
 NOT_BEFORE = "not_before"
 PUBLISH_TIMEOUT_S = 30.0
+MAX_MESSAGE_BYTES = 10_000_000  # Pub/Sub's limit on a message (data and attributes)
 
 
 class SendError(Exception):
@@ -115,9 +118,16 @@ class PubSubQueue:
         except KeyError:
             raise ValueError(f"no Pub/Sub topic configured for {queue.value!r}") from None
         now = self._clock()
+        encoded = [(message, *encode(message, now)) for message in messages]
+        for message, data, attributes in encoded:
+            size = len(data) + sum(len(k) + len(v.encode()) for k, v in attributes.items())
+            if size > MAX_MESSAGE_BYTES:
+                raise ValueError(
+                    f"{message.kind}: {size} bytes is over Pub/Sub's "
+                    f"{MAX_MESSAGE_BYTES}-byte message limit"
+                )
         futures = []
-        for message in messages:
-            data, attributes = encode(message, now)
+        for message, data, attributes in encoded:
             futures.append((message, self.publisher.publish(topic, data, **attributes)))
         failed = []
         for message, future in futures:

@@ -4,22 +4,38 @@ The producer side is the port (``send``). The consumer side mimics what a Lambda
 mapping sees from SQS, so services are exercised against the failure modes they meet in the
 cloud: a message is invisible while being handled, comes back if not deleted before its
 visibility timeout, and moves to a dead-letter list after ``redrive_after`` receives.
-Messages carrying a ``dedupe_id`` already seen within the dedupe window are dropped, as on an
-SQS FIFO queue (5 minutes). Time comes from the injected clock; nothing sleeps.
+
+Each queue is FIFO or standard, as ``infra/template.yaml`` declares it (``FIFO_QUEUES``:
+schedule is FIFO, scale-up and interruptions are standard; pass ``fifo=()`` for Pub/Sub,
+which has no deduplicating topic). As on SQS:
+- a FIFO queue drops a message whose ``dedupe_id`` it accepted within the last 5 minutes
+  (even if that one was consumed since) and refuses a per-message ``delay_s`` (ValueError);
+- a standard queue ignores ``dedupe_id`` (a re-sent command is delivered again: consumers
+  are idempotent) and caps ``delay_s`` at 900 s;
+- a body must be JSON (TypeError otherwise) and its encoding at most 256 KiB (ValueError);
+  consumers receive the body as it comes back from JSON (tuples become lists);
+- a batch is refused whole (nothing sent) when one of its messages is refused.
+Time comes from the injected clock; nothing sleeps. tests/contract/test_queue_contract.py
+runs this queue, SqsQueue on moto and PubSubQueue on Google's emulator through one suite.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from corral.ports.clock import Clock
 from corral.ports.queue import Message, QueueName
 
 DEDUPE_WINDOW_S = 300.0  # SQS FIFO's deduplication interval
+# The template's FIFO queues (infra/template.yaml); every other queue is standard.
+FIFO_QUEUES: frozenset[QueueName] = frozenset({QueueName.SCHEDULE})
+MAX_MESSAGE_BYTES = 256 * 1024  # SQS's message size limit (the encoded body)
+MAX_DELAY_S = 900.0  # SQS DelaySeconds maximum (SqsQueue caps longer delays to it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +68,9 @@ class InMemoryQueue:
         redrive_after: int | None = None,
         dedupe_window_s: float = DEDUPE_WINDOW_S,
         keep_history: bool = True,
+        fifo: Iterable[QueueName] = FIFO_QUEUES,
+        max_message_bytes: int | None = MAX_MESSAGE_BYTES,
+        max_delay_s: float | None = MAX_DELAY_S,
     ) -> None:
         if redrive_after is not None and redrive_after < 1:
             raise ValueError("redrive_after must be at least 1 (SQS maxReceiveCount)")
@@ -59,6 +78,9 @@ class InMemoryQueue:
         self._redrive_after = redrive_after
         self._dedupe_window_s = dedupe_window_s
         self._keep_history = keep_history  # the simulator turns it off to save memory
+        self._fifo = frozenset(fifo)
+        self._max_message_bytes = max_message_bytes
+        self._max_delay_s = max_delay_s
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         # Insertion-ordered: FIFO by send order, and redelivery keeps a message's place.
@@ -69,21 +91,45 @@ class InMemoryQueue:
 
     # ---- producer (the port) --------------------------------------------------------
     def send(self, queue: QueueName, messages: Sequence[Message]) -> None:
+        fifo = queue in self._fifo
+        checked = [self._checked(queue, message, fifo) for message in messages]  # all or none
         now = self._clock.now()
         with self._lock:
             seen = self._seen[queue]
             self._forget_old_dedupe_ids(seen, now)
-            for message in messages:
-                if message.dedupe_id is not None:
+            for original, message in zip(messages, checked, strict=True):
+                if fifo and message.dedupe_id is not None:
                     if message.dedupe_id in seen:
                         continue  # a duplicate within the window: SQS accepts and drops it
                     seen[message.dedupe_id] = now
+                delay_s = max(message.delay_s, 0.0)
+                if self._max_delay_s is not None:
+                    delay_s = min(delay_s, self._max_delay_s)
                 message_id = next(self._ids)
                 self._entries[queue][message_id] = _Entry(
-                    message_id, message, sent_at=now, visible_at=now + max(message.delay_s, 0.0)
+                    message_id, message, sent_at=now, visible_at=now + delay_s
                 )
                 if self._keep_history:
-                    self._history[queue].append(message)
+                    self._history[queue].append(original)
+
+    def is_fifo(self, queue: QueueName) -> bool:
+        return queue in self._fifo
+
+    def _checked(self, queue: QueueName, message: Message, fifo: bool) -> Message:
+        """The message as a consumer will get it back, or the error the real queue gives."""
+        if fifo and message.delay_s > 0:
+            raise ValueError(
+                f"{message.kind}: the FIFO queue {queue.value!r} cannot delay one message"
+            )
+        encoded = json.dumps({"kind": message.kind, "body": message.body}, separators=(",", ":"))
+        size = len(encoded.encode())
+        if self._max_message_bytes is not None and size > self._max_message_bytes:
+            raise ValueError(
+                f"{message.kind}: {size} bytes is over the {self._max_message_bytes}-byte "
+                f"message limit of {queue.value!r}"
+            )
+        body = json.loads(encoded)["body"]
+        return message if body == message.body else replace(message, body=body)
 
     def _forget_old_dedupe_ids(self, seen: dict[str, float], now: float) -> None:
         # ``seen`` is insertion-ordered by send time, so expired ids are at the front.
@@ -168,6 +214,7 @@ class InMemoryQueue:
             return list(self._dead[queue])
 
     def sent(self, queue: QueueName) -> list[Message]:
-        """Every message accepted on ``queue`` (after dedupe), in send order."""
+        """Every message accepted on ``queue`` (after a FIFO queue's dedupe), in send order,
+        as it was sent."""
         with self._lock:
             return list(self._history[queue])
