@@ -69,3 +69,19 @@ def test_a_copy_arriving_while_the_first_is_mid_launch_reuses_the_token() -> Non
     (record,) = cluster.instances()
     assert len(cluster.cloud.all_instances()) == 1
     assert record.state is InstanceState.ALLOCATED and record.cloud_id == made[0]
+
+
+def test_a_stale_launch_is_redriven_once_per_period_not_on_every_pass() -> None:
+    cluster = Cluster()
+    cluster.submit()
+    run_schedule_pass(cluster.ctx)
+    (record,) = cluster.instances()
+    period = cluster.ctx.settings.redrive_after_s
+    cluster.clock.advance(period)
+    for _ in range(5):  # five passes within one period (a burst of submits)
+        run_schedule_pass(cluster.ctx)
+        cluster.clock.advance(period / 10)
+    assert len(cluster.queue.sent(QueueName.SCALE_UP)) == 2  # the first send, one re-drive
+    cluster.clock.advance(period)
+    run_schedule_pass(cluster.ctx)
+    assert len(cluster.queue.sent(QueueName.SCALE_UP)) == 3

@@ -227,12 +227,28 @@ def _apply_plan(
         for i in pool_live
         if i.state is InstanceState.QUEUED
         and i.id not in surplus
-        and now - (i.entered_at(InstanceState.QUEUED) or i.created_at)
+        and now - max(i.entered_at(InstanceState.QUEUED) or i.created_at, i.redriven_at or 0.0)
         >= ctx.settings.redrive_after_s
     ]
-    messages = [launch_message(i) for i in [*created, *stale]]
+    messages = [launch_message(i) for i in [*created, *_mark_redriven(ctx, stale, now)]]
     if messages:
         ctx.queue.send(QueueName.SCALE_UP, messages)
+
+
+def _mark_redriven(ctx: Context, stale: list[Instance], now: float) -> list[Instance]:
+    """Records whose launch message is sent again, each at most once per redrive_after_s:
+    the scale-up queue is a standard one (no dedupe), so re-sending on every pass would
+    launch-attempt a record once per pass while capacity is short. The mark is written
+    first (conditionally); a record that moved on meanwhile is not re-sent."""
+    marked: list[Instance] = []
+    for inst in stale:
+        try:
+            (stored,) = ctx.store.commit([replace(inst, redriven_at=now)])
+        except ConflictError:
+            continue
+        assert isinstance(stored, Instance)
+        marked.append(stored)
+    return marked
 
 
 def _cancel(ctx: Context, inst: Instance) -> bool:
