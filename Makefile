@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint types unit template-check run demo bench clean
+.PHONY: venv test lint types unit template-check run demo bench chaos clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/scale_moto.py
 	$(BIN)/python benchmarks/submit_latency.py
 	$(BIN)/python benchmarks/sim_workloads.py
+
+# The chaos soak: 200 trials through the real handlers against moto while functions crash,
+# messages repeat, EC2 refuses and spot instances vanish (a few minutes; figures and fault
+# rates in docs/reliability.md). `make test` runs a short seeded variant of it.
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos --trials 200 --seed 1
 
 run: $(STAMP)
 	$(BIN)/corral dev up --config examples/cluster.yaml

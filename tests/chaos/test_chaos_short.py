@@ -1,0 +1,44 @@
+"""The short chaos soak inside ``make test``: a small seeded workload with every fault kind
+on, through the real handlers against moto (a few tens of seconds). The full soak is
+``make chaos``; see docs/reliability.md."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from tests.chaos.config import SHORT
+from tests.chaos.report import render
+from tests.chaos.soak import run_soak
+
+# Violations the soak found in code this suite does not own, open until fixed there. Any
+# OTHER violation fails the test; these only turn it into an expected failure.
+KNOWN = {
+    "ran on two agents at once": (
+        "a trial is requeued and placed again while its previous run (another gang rank, or "
+        "the run on an instance with a spot warning) is still stopping "
+        "(services/interruptions.py, services/trial_moves.py)"
+    ),
+}
+
+
+@pytest.fixture
+def quiet() -> Iterator[None]:
+    """Thousands of handler and agent log lines: none is worth capturing."""
+    logging.disable(logging.CRITICAL)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def test_short_chaos_soak_holds_every_invariant(quiet: None) -> None:
+    result = run_soak(SHORT)
+    report = render(result, verbose=True)
+    assert result.figures["trials"] == SHORT.trials, report
+    assert sum(result.faults.values()) > 0, report
+    unknown = {k: v for k, v in result.violations.items() if v and k not in KNOWN}
+    assert not unknown, report
+    known = [k for k, v in result.violations.items() if v]
+    if known:
+        pytest.xfail("; ".join(f"{k}: {KNOWN[k]}" for k in known))
