@@ -28,8 +28,11 @@ def test_an_interruption_warning_requeues_the_trial_and_plans_a_replacement() ->
     assert on_interruption_notice(cluster.ctx, record.cloud_id, NoticeKind.INTERRUPTION)
     assert not on_interruption_notice(cluster.ctx, "i-not-ours", NoticeKind.INTERRUPTION)
 
+    # It stays on the doomed agent's GPUs while that agent checkpoints and stops it: placed
+    # again now, it would run twice at once, the second run from an older checkpoint.
     trial = cluster.trial(trial_id)
-    assert trial.state is TrialState.PENDING
+    assert trial.state is TrialState.PREEMPTED
+    assert trial.placement is not None and trial.placement.instance_ids == (record.id,)
     assert trial.preemptions == 1 and trial.restarts == 0  # not the user's fault
     doomed = cluster.store.get_instance(record.id)
     assert doomed is not None
@@ -38,10 +41,14 @@ def test_an_interruption_warning_requeues_the_trial_and_plans_a_replacement() ->
     replacements = [i for i in cluster.instances() if i.id != record.id]
     assert len(replacements) == 1
     assert replacements[0].planned_for == ((trial_id, 1),)
-    # The interrupted agent is told to stop the trial (which checkpoints it).
+    # The interrupted agent is told to stop the trial (which checkpoints it) ...
     agent = cluster.agents[record.cloud_id]
     agent.heartbeat()
     assert trial_id not in agent.running
+    agent.heartbeat()  # ... and its report of the stop requeues it
+    assert cluster.trial(trial_id).state is TrialState.PENDING
+    cluster.pump()
+    assert len(cluster.instances()) == 2  # the replacement already planned serves it
 
 
 def test_the_trial_resumes_from_its_checkpoint_on_the_replacement() -> None:
@@ -198,3 +205,34 @@ def test_an_agent_reporting_itself_unhealthy_is_terminated_at_once() -> None:
     (record,) = cluster.instances()
     assert record.state is InstanceState.TERMINATED
     assert cluster.store.pool_state("gpu").boot_failures == 1
+
+
+def test_a_gang_that_lost_a_member_is_placed_again_only_once_the_survivors_stopped() -> None:
+    from corral.domain.offerings import CapacityType, Offering
+
+    big = Offering("g.4", "zone-a", CapacityType.SPOT, 4, 1.5)
+    cluster = Cluster(make_pool(big, max_instances=4, max_idle_s=600.0))
+    trial_id = cluster.submit(resources={"slots_per_trial": 8}).trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.run(60)
+    trial = cluster.trial(trial_id)
+    assert trial.state is TrialState.RUNNING and trial.placement is not None
+    lost_id, survivor_id = trial.placement.instance_ids
+    by_record = {a.agent_id: a for a in cluster.agents.values()}
+    by_record[lost_id].alive = False
+    survivor = by_record[survivor_id]
+    survivor.obeys_stops = False  # still stopping (checkpointing) for a while
+    cluster.run(cluster.ctx.settings.reconcile.heartbeat_timeout_s + 5)
+    run_reconcile(cluster.ctx)  # the silent member is LOST
+
+    trial = cluster.trial(trial_id)
+    assert trial.state is TrialState.PREEMPTED
+    assert trial.placement is not None and trial.placement.instance_ids == (survivor_id,)
+    cluster.run(30)
+    assert cluster.trial(trial_id).state is TrialState.PREEMPTED  # never placed twice
+    survivor.obeys_stops = True
+    cluster.run(10)  # told to stop, it stops and says so
+    trial = cluster.trial(trial_id)
+    assert trial.state in (TrialState.PENDING, TrialState.ASSIGNED, TrialState.RUNNING)
+    assert trial.preemptions == 1

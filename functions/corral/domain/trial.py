@@ -41,7 +41,8 @@ TRIAL_MACHINE: TransitionTable[TrialState] = TransitionTable.build(
         (T.RUNNING, T.PENDING): "user error with restarts left: run again from the checkpoint",
         (T.RUNNING, T.PREEMPTED): "the instance was lost or interrupted (not a user error)",
         (T.RUNNING, T.STOPPING): _STOP,
-        (T.PREEMPTED, T.PENDING): "requeued to resume from its last checkpoint",
+        (T.PREEMPTED, T.PENDING): "its agents stopped it (or are gone): requeued to resume",
+        (T.PREEMPTED, T.COMPLETED): "it finished (exit code 0) before it was stopped",
         (T.PREEMPTED, T.STOPPING): _STOP,
         (T.STOPPING, T.CANCELLED): "the agent confirmed the containers are gone",
     },
@@ -49,7 +50,10 @@ TRIAL_MACHINE: TransitionTable[TrialState] = TransitionTable.build(
 
 ACTIVE_STATES = frozenset(TRIAL_MACHINE.states) - TRIAL_MACHINE.terminal
 # States in which a trial holds GPUs on agents: the ones an agent can be told to stop.
-HOLDS_GPUS = frozenset({T.ASSIGNED, T.RUNNING, T.STOPPING})
+# PREEMPTED holds the GPUs of the agents still running it (checkpointing after a spot
+# notice, or the surviving ranks of a gang that lost one) until they confirm it stopped:
+# placing it again before then would run it twice at once.
+HOLDS_GPUS = frozenset({T.ASSIGNED, T.RUNNING, T.PREEMPTED, T.STOPPING})
 
 
 @dataclass(frozen=True, slots=True)

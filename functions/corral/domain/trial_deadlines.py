@@ -9,7 +9,9 @@ STOPPING, holding GPUs that are billed and counted against ``max_instances``, fo
 2. ASSIGNED for longer than ``start_s`` (the image pull and start of the container) ->
    requeue it, whatever the agents say.
 3. STOPPING for longer than ``stop_s`` (the agent's stop grace and a few heartbeats) ->
-   cancel it: the user asked for it to end, and its GPUs are given back. An agent that
+   cancel it: the user asked for it to end, and its GPUs are given back. PREEMPTED (its
+   agents checkpoint and stop it after a spot notice or a lost gang member) for longer ->
+   requeue it. An agent that
    still reports the container is told to stop it on every heartbeat, and the reaper does
    not terminate an agent that still reports a trial.
 
@@ -81,6 +83,9 @@ def overdue_trials(
         elif trial.state is TrialState.STOPPING and age > deadlines.stop_s:
             reason = f"stop not confirmed within {deadlines.stop_s:.0f}s; cancelled"
             out.append(Overdue(trial, OverdueAction.CANCEL, reason))
+        elif trial.state is TrialState.PREEMPTED and age > deadlines.stop_s:
+            reason = f"stop not confirmed within {deadlines.stop_s:.0f}s; requeued"
+            out.append(Overdue(trial, OverdueAction.REQUEUE, reason))
     return out
 
 

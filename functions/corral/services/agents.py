@@ -28,7 +28,7 @@ from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
 from corral.ports.store import commit_one
 from corral.services.assignments import build_assignment
 from corral.services.context import Context
-from corral.services.fleet import terminate, wake_scheduler
+from corral.services.fleet import reporting, terminate, wake_scheduler
 from corral.services.trial_deadlines import settle_trial
 from corral.services.trial_moves import move_off_gpus, requeue
 
@@ -202,6 +202,17 @@ def _settle_unreported(ctx: Context, record: Instance, known: set[str]) -> bool:
         elif trial.state is TrialState.RUNNING and trial.placement.instance_ids[0] == record.id:
             reason = f"{record.id} no longer runs it (agent restarted?)"
             settled |= settle_trial(ctx, trial, TrialState.PENDING, reason)
+        elif trial.state is TrialState.PREEMPTED:
+            # It stopped here; requeued once no other agent of it still runs it.
+            others = [i for i in trial.placement.instance_ids if i != record.id]
+            reason = f"stopped on {record.id}"
+            settled |= settle_trial(
+                ctx,
+                trial,
+                TrialState.PENDING,
+                reason,
+                still_running=reporting(ctx, trial_id, others),
+            )
     return settled
 
 
@@ -219,7 +230,7 @@ def _orders(ctx: Context, record: Instance, reported: Sequence[TrialStatus]) -> 
         trial = ctx.store.get_trial(trial_id)
         if trial is None:
             continue
-        if trial.state is TrialState.STOPPING:
+        if trial.state in (TrialState.STOPPING, TrialState.PREEMPTED):
             stopping.add(trial_id)
         elif trial.state is TrialState.ASSIGNED and trial_id not in known:
             assignment = build_assignment(ctx, trial, record.id)
@@ -302,8 +313,11 @@ def _apply_status(
         return [trial] if new_checkpoint else []
     if trial.state not in HOLDS_GPUS:
         return []
+    others = [i for i in instances if i != record.id]
     if trial.state is TrialState.STOPPING:
         moved, freed = move_off_gpus(trial, TrialState.CANCELLED, instances, now, "stopped")
+    elif trial.state is TrialState.PREEMPTED:
+        moved, freed = _preempted_ended(ctx, trial, status, record, instances, others)
     elif state is AgentTrialState.EXITED and status.exit_code == 0:
         is_rank0 = trial.placement is not None and trial.placement.instance_ids[0] == record.id
         if not is_rank0:
@@ -315,9 +329,36 @@ def _apply_status(
     elif state is AgentTrialState.EXITED:
         moved, freed = _user_error(trial, instances, now, status.exit_code)
     else:  # PREEMPTED, or STOPPED without being asked: infrastructure, not the user's fault
-        moved, freed = requeue(trial, instances, now, f"{state.value} on {record.id}")
+        running = reporting(ctx, trial.id, others)  # other ranks still stopping it
+        reason = f"{state.value} on {record.id}"
+        moved, freed = requeue(trial, instances, now, reason, still_running=running)
     # Where this run's output ends: log readers follow up to it (corral command run).
     return [replace(moved, log_end_seq=status.log_end_seq), *freed]
+
+
+def _preempted_ended(
+    ctx: Context,
+    trial: Trial,
+    status: TrialStatus,
+    record: Instance,
+    instances: dict[str, Instance],
+    others: list[str],
+) -> tuple[Trial, list[Instance]]:
+    """An agent of a PREEMPTED trial reports it ended there. A whole trial on this one
+    agent that exited 0 finished in time; otherwise it is requeued once every agent still
+    holding it has stopped it (the others keep it PREEMPTED on their GPUs till then)."""
+    now = ctx.clock.now()
+    whole_here = (
+        trial.placement is not None
+        and trial.placement.instance_ids == (record.id,)
+        and trial.placement.slots == trial.slots
+    )
+    if whole_here and status.state is AgentTrialState.EXITED and status.exit_code == 0:
+        moved, freed = move_off_gpus(trial, TrialState.COMPLETED, instances, now, "exit code 0")
+        return replace(moved, exit_code=0), freed
+    running = reporting(ctx, trial.id, others)
+    reason = f"{status.state.value} on {record.id}"
+    return requeue(trial, instances, now, reason, still_running=running)
 
 
 def _every_other_rank_reports(ctx: Context, trial: Trial, reporting: str) -> bool:

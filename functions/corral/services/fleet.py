@@ -21,18 +21,34 @@ def trials_on(ctx: Context, instance: Instance) -> list[Trial]:
     return [t for t in trials if t is not None and t.state in HOLDS_GPUS]
 
 
+def reporting(ctx: Context, trial_id: str, instance_ids: Sequence[str]) -> frozenset[str]:
+    """Which of these agents' latest heartbeats report the trial (running or stopping)."""
+    beats = ctx.store.heartbeats(list(instance_ids)) if instance_ids else {}
+    return frozenset(i for i, b in beats.items() if any(r.trial_id == trial_id for r in b.trials))
+
+
 def take_away(
-    ctx: Context, updated: Instance, reason: str, *, extra: Sequence[Record] = ()
+    ctx: Context,
+    updated: Instance,
+    reason: str,
+    *,
+    extra: Sequence[Record] = (),
+    still_up: bool = False,
 ) -> list[str]:
     """Commit ``updated`` (an agent losing its work: LOST, TERMINATED, DRAINING for an
     interruption, ...) together with its trials moved off it: running ones requeued to
-    resume from their checkpoint, stopping ones cancelled. Returns the requeued trial ids."""
+    resume from their checkpoint, stopping ones cancelled. Returns the requeued trial ids.
+
+    A trial that other agents (or, with ``still_up``, this one: a spot notice leaves it
+    time to checkpoint) still report running stays PREEMPTED on their GPUs until they
+    confirm it stopped, so it never runs in two places at once."""
     now = ctx.clock.now()
     instances = {updated.id: updated}
     records: list[Record] = []
     requeued: list[str] = []
     for trial in trials_on(ctx, updated):
-        for other in trial.placement.instance_ids if trial.placement else ():
+        placed = trial.placement.instance_ids if trial.placement else ()
+        for other in placed:
             if other not in instances:
                 fetched = ctx.store.get_instance(other)
                 if fetched is not None:
@@ -40,7 +56,9 @@ def take_away(
         if trial.state is TrialState.STOPPING:
             moved, freed = move_off_gpus(trial, TrialState.CANCELLED, instances, now, reason)
         else:
-            moved, freed = requeue(trial, instances, now, reason)
+            asked = [i for i in placed if i != updated.id or still_up]
+            running = reporting(ctx, trial.id, asked)
+            moved, freed = requeue(trial, instances, now, reason, still_running=running)
             requeued.append(trial.id)
         records.append(moved)
         instances.update((inst.id, inst) for inst in freed)

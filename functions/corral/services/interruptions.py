@@ -38,7 +38,7 @@ def on_interruption_notice(ctx: Context, cloud_id: str, kind: NoticeKind) -> boo
             updated = replace(updated, interruption_notice_at=record.interruption_notice_at or now)
         try:
             if kind is NoticeKind.INTERRUPTION:
-                take_away(ctx, updated, f"spot interruption notice for {cloud_id}")
+                take_away(ctx, updated, f"spot interruption notice for {cloud_id}", still_up=True)
             else:
                 ctx.store.commit([updated])
         except ConflictError:

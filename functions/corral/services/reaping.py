@@ -26,7 +26,8 @@ def run_idle_reap(ctx: Context) -> ReapReport:
     report = ReapReport()
     now = ctx.clock.now()
     live = ctx.store.instances(states=LIVE_STATES)
-    _, plans = plan_all(ctx, ctx.store.trials(states={TrialState.PENDING}), live)
+    waiting = ctx.store.trials(states={TrialState.PENDING, TrialState.PREEMPTED})
+    _, plans = plan_all(ctx, waiting, live)
     heartbeats = ctx.store.heartbeats([i.id for i in live])
     # A heartbeat this recent that reports nothing confirms an agent empty at once.
     fresh_after = now - 3 * ctx.settings.heartbeat_interval_s

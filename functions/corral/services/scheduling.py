@@ -44,16 +44,18 @@ def plan_all(
     ctx: Context, pending: Sequence[Trial], live: Sequence[Instance]
 ) -> tuple[ScheduleResult, dict[str, PoolPlan]]:
     """Placement and plans without writing anything (the reaper uses it to learn which
-    idle agents the demand still counts on)."""
+    idle agents the demand still counts on). ``pending`` may hold PREEMPTED trials too:
+    they are planned for (their replacement boots while they checkpoint) but not placed."""
     now = ctx.clock.now()
-    result = schedule(pending, live)
+    result = schedule([t for t in pending if t.state is TrialState.PENDING], live)
+    demand = [*result.unplaced, *(t for t in pending if t.state is TrialState.PREEMPTED)]
     plans: dict[str, PoolPlan] = {}
     for name, pool in ctx.pools.items():
         state = ctx.store.pool_state(name)
         pool_live = [i for i in live if i.pool == name]
         plans[name] = ctx.policy.plan_pool(
             pool,
-            [t for t in result.unplaced if t.pool == name],
+            [t for t in demand if t.pool == name],
             pool_live,
             state,
             now,
@@ -65,9 +67,13 @@ def plan_all(
 
 def run_schedule_pass(ctx: Context) -> PassReport:
     report = PassReport()
-    pending = ctx.store.trials(states={TrialState.PENDING})
+    # PREEMPTED trials are still stopping where they ran (a spot notice, a lost gang member):
+    # not placeable yet, but their replacement capacity is planned now.
+    waiting = ctx.store.trials(states={TrialState.PENDING, TrialState.PREEMPTED})
+    pending = [t for t in waiting if t.state is TrialState.PENDING]
+    leaving = [t for t in waiting if t.state is TrialState.PREEMPTED]
     live = {i.id: i for i in ctx.store.instances(states=LIVE_STATES)}
-    report.undrained = _take_back_drained(ctx, pending, live)
+    report.undrained = _take_back_drained(ctx, waiting, live)
     result = schedule(pending, list(live.values()))
     lost_race: set[str] = set()
     for assignment in result.assignments:
@@ -84,7 +90,7 @@ def run_schedule_pass(ctx: Context) -> PassReport:
         state = ctx.store.pool_state(name)
         plan = ctx.policy.plan_pool(
             pool,
-            [t for t in unplaced if t.pool == name],
+            [t for t in [*unplaced, *leaving] if t.pool == name],
             pool_live,
             state,
             now,

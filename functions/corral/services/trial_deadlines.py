@@ -4,6 +4,8 @@ cancel the ones whose stop was never confirmed. The rules are in ``domain.trial_
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance
 from corral.domain.records import Event, EventKind
@@ -17,7 +19,9 @@ from corral.services.trial_moves import move_off_gpus, requeue
 def settle_overdue_trials(ctx: Context) -> list[str]:
     """One pass; returns the ids of the trials moved. A trial that changed meanwhile (the
     agent reported at last) loses the conditional write and is looked at again next pass."""
-    trials = ctx.store.trials(states={TrialState.ASSIGNED, TrialState.STOPPING})
+    trials = ctx.store.trials(
+        states={TrialState.ASSIGNED, TrialState.PREEMPTED, TrialState.STOPPING}
+    )
     agents = sorted({i for t in trials if t.placement for i in t.placement.instance_ids})
     heartbeats = ctx.store.heartbeats(agents) if agents else {}
     moved: list[str] = []
@@ -32,7 +36,14 @@ def settle_overdue_trials(ctx: Context) -> list[str]:
     return moved
 
 
-def settle_trial(ctx: Context, trial: Trial, target: TrialState, reason: str) -> bool:
+def settle_trial(
+    ctx: Context,
+    trial: Trial,
+    target: TrialState,
+    reason: str,
+    *,
+    still_running: Collection[str] = (),
+) -> bool:
     """Move ``trial`` off its GPUs to PENDING (requeued: resumes from its checkpoint, no
     restart used) or CANCELLED, in one conditional write with its agents, and wake the
     scheduler (GPUs were freed); False if the trial or an agent changed since it was read."""
@@ -43,7 +54,7 @@ def settle_trial(ctx: Context, trial: Trial, target: TrialState, reason: str) ->
         if record is not None:
             instances[instance_id] = record
     if target is TrialState.PENDING:
-        moved, freed = requeue(trial, instances, now, reason)
+        moved, freed = requeue(trial, instances, now, reason, still_running=still_running)
         kind = EventKind.TRIAL_REQUEUED
     else:
         moved, freed = move_off_gpus(trial, target, instances, now, reason)

@@ -4,11 +4,11 @@ returned together so the caller commits them in one conditional write."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from corral.domain.instance import Instance, InstanceState
-from corral.domain.trial import Trial, TrialState
+from corral.domain.trial import Placement, Trial, TrialState
 from corral.services.accounting import settle_trial_cost
 
 
@@ -42,12 +42,49 @@ def move_off_gpus(
 
 
 def requeue(
-    trial: Trial, instances: Mapping[str, Instance], now: float, reason: str
+    trial: Trial,
+    instances: Mapping[str, Instance],
+    now: float,
+    reason: str,
+    *,
+    still_running: Collection[str] = (),
 ) -> tuple[Trial, list[Instance]]:
-    """Infrastructure took the trial's GPUs away: PREEMPTED, then PENDING at once, to resume
-    from its last checkpoint. Does not use up max_restarts."""
+    """Infrastructure took the trial's GPUs away: it resumes from its last checkpoint, and
+    this does not use up max_restarts.
+
+    ``still_running``: agents of its placement that still run it (the one that got a spot
+    notice and is checkpointing, the surviving ranks of a gang). The trial then stays
+    PREEMPTED on those agents' GPUs, which they are told to stop, until they confirm
+    (``finish_preemption``); the others' GPUs are freed now. With none, it is PENDING at
+    once."""
     if trial.state is TrialState.PENDING:
         return trial, []
-    preempted, freed = move_off_gpus(trial, TrialState.PREEMPTED, instances, now, reason)
-    requeued = preempted.transition(TrialState.PENDING, now, "requeued to resume from checkpoint")
-    return replace(requeued, preemptions=requeued.preemptions + 1), freed
+    keep = [p for p in trial.placement.parts if p[0] in still_running] if trial.placement else []
+    again = trial.state is TrialState.PREEMPTED  # already waiting: only fewer agents now
+    if not keep:
+        if again:
+            return finish_preemption(trial, instances, now, reason)
+        counted = replace(trial, preemptions=trial.preemptions + 1)
+        preempted, freed = move_off_gpus(counted, TrialState.PREEMPTED, instances, now, reason)
+        return preempted.transition(TrialState.PENDING, now, "requeued to resume"), freed
+    assert trial.placement is not None
+    kept = frozenset(i for i, _ in keep)
+    gone = replace(
+        trial, placement=Placement(tuple(p for p in trial.placement.parts if p[0] not in kept))
+    )
+    # Charge the GPUs given back now; the kept ones are charged when they are given back.
+    charged = settle_trial_cost(gone, dict(instances), now)
+    freed = free_gpus(gone, instances, now, reason)
+    if not again:
+        charged = charged.transition(TrialState.PREEMPTED, now, f"{reason}; waiting for it to stop")
+        charged = replace(charged, preemptions=charged.preemptions + 1)
+    return replace(charged, placement=Placement(tuple(keep))), freed
+
+
+def finish_preemption(
+    trial: Trial, instances: Mapping[str, Instance], now: float, reason: str
+) -> tuple[Trial, list[Instance]]:
+    """A PREEMPTED trial's last agents stopped it (or are gone): PENDING, GPUs freed."""
+    settled = settle_trial_cost(trial, dict(instances), now)
+    freed = free_gpus(trial, instances, now, reason)
+    return settled.transition(TrialState.PENDING, now, f"requeued to resume: {reason}"), freed

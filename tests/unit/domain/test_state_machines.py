@@ -60,6 +60,7 @@ EXPECTED_TRIAL_EDGES = {
     (T.ASSIGNED, T.PREEMPTED),
     (T.RUNNING, T.PREEMPTED),
     (T.PREEMPTED, T.PENDING),
+    (T.PREEMPTED, T.COMPLETED),
     (T.RUNNING, T.PENDING),
     (T.ASSIGNED, T.PENDING),
     (T.ASSIGNED, T.FAILED),
@@ -148,7 +149,8 @@ def test_leaving_a_gpu_state_drops_the_placement_and_pending_reason() -> None:
     assigned = trial.assigned(Placement((("i-1", (0, 1)),)), 1.0)
     assert assigned.placement is not None
     pre = assigned.transition(T.RUNNING, 2, "up").transition(T.PREEMPTED, 3, "lost")
-    assert pre.placement is None
+    assert pre.placement == assigned.placement  # held until its agents stopped it
+    assert pre.transition(T.PENDING, 4, "stopped").placement is None
     with pytest.raises(ValueError, match="needs 2"):
         trial.assigned(Placement((("i-1", (0,)),)), 1.0)
 
