@@ -104,6 +104,14 @@ class ProcessExecutor:
         return stopped
 
     def launch(self, spec: LaunchSpec, on_line: LineSink) -> ProcessHandle:
+        for mount in spec.bind_mounts:
+            # No container, so nothing to mount into: say so in the trial's own output
+            # rather than let the path be missing without a word.
+            on_line(
+                "stderr",
+                f"corral: bind mount {mount.host_path} -> {mount.container_path} not applied: "
+                "this agent runs trials as processes (bind mounts need the docker executor)",
+            )
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         base = {k: v for k, v in os.environ.items() if not k.startswith(_PRIVATE_PREFIXES)}

@@ -272,3 +272,14 @@ def test_a_restart_never_signals_a_process_that_reused_a_recorded_pid(make_agent
     h.step_until(lambda: len(plane.posts("/heartbeat")) >= 1, advance=5.0)
     assert _states(plane, "t-gone") == []
     assert not pid_file.exists()
+
+
+def test_a_process_trial_says_its_bind_mounts_are_not_applied(make_agent, plane, tmp_path):
+    entry = trial_script(tmp_path, "print('ran')\n")
+    mount = {"host_path": "/mnt/disks/second", "container_path": "/second", "read_only": True}
+    plane.heartbeat_replies = [{"start": [assignment("t-bm", entry, bind_mounts=[mount])]}]
+    h = make_agent()
+    h.step_until(lambda: "exited" in _states(plane, "t-bm"), advance=1.0)
+    lines = plane.log_lines("t-bm")
+    assert lines[-1] == "ran"
+    assert "bind mount /mnt/disks/second -> /second not applied" in lines[0]
