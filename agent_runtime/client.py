@@ -14,7 +14,7 @@ import requests
 from pydantic import BaseModel
 
 from agent_runtime.clock import Clock, Sleeper
-from corral.api.schemas.agent import (
+from corral.protocol.agent import (
     HeartbeatRequest,
     HeartbeatResponse,
     LogBatch,

@@ -16,7 +16,7 @@ import subprocess
 from typing import Any
 
 from agent_runtime.config import AgentConfig
-from corral.api.schemas.agent import GpuInfo, GpuMetric
+from corral.protocol.agent import GpuInfo, GpuMetric
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import requests
 
 from agent_runtime.clock import Clock
 from agent_runtime.config import AgentConfig
-from corral.api.schemas.agent import Identity, IdentityKind
+from corral.protocol.agent import Identity, IdentityKind
 
 log = logging.getLogger(__name__)
 

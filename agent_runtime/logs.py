@@ -15,7 +15,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from agent_runtime.clock import Clock
-from corral.api.schemas.agent import LogBatch, LogLineIn
+from corral.protocol.agent import LogBatch, LogLineIn
 
 log = logging.getLogger(__name__)
 

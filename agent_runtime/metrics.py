@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from corral.api.schemas.agent import GpuMetric
+from corral.protocol.agent import GpuMetric
 
 log = logging.getLogger(__name__)
 

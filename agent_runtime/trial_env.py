@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from corral.api.schemas.agent import TrialAssignment
+from corral.protocol.agent import TrialAssignment
 
 LATEST_FILE = "latest"
 

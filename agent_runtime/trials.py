@@ -17,7 +17,7 @@ from agent_runtime.executors import (
     wrap_entrypoint,
 )
 from agent_runtime.trial_env import checkpoint_dir, read_latest, trial_env
-from corral.api.schemas.agent import AgentTrialState, TrialAssignment, TrialStatus
+from corral.protocol.agent import AgentTrialState, TrialAssignment, TrialStatus
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent_runtime.config import AgentConfig
-from corral.api.schemas.agent import BindMount
+from corral.protocol.agent import BindMount
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from agent_runtime.executors import wrap_entrypoint
 from agent_runtime.identity import GceMetadata
 from agent_runtime.interruptions import grace_for
 from agent_runtime.trial_env import checkpoint_dir, trial_env
-from corral.api.schemas.agent import (
+from corral.protocol.agent import (
     HeartbeatRequest,
     Identity,
     IdentityKind,

@@ -8,7 +8,7 @@ from typing import Any
 from agent_runtime.config import AgentConfig
 from agent_runtime.executors import LaunchSpec, wrap_entrypoint
 from agent_runtime.executors.docker import LABEL_TRIAL, DockerExecutor
-from corral.api.schemas.agent import BindMount
+from corral.protocol.agent import BindMount
 
 
 class FakeContainer:

@@ -13,7 +13,7 @@ from corral.api.auth import (
     authenticator_from_env,
     mint_agent_token,
 )
-from corral.api.schemas.agent import Identity, IdentityKind
+from corral.protocol.agent import Identity, IdentityKind
 from tests.services.harness import Cluster
 
 from .conftest import ApiClient

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from corral.api import views
 from corral.domain.records import Experiment, ExperimentState
 from corral.domain.trial import Trial, TrialState, new_trial
-from corral.services import views
 from tests.services.harness import Cluster, Script
 
 ES = ExperimentState

@@ -228,6 +228,9 @@ def test_chalice_package_writes_a_sam_template_offline(tmp_path: Path) -> None:
     chalice = Path(sys.executable).with_name("chalice")
     if not chalice.exists():
         pytest.skip("the chalice command is not installed next to this interpreter")
+    before = _files(PROJECT)
+    # Packaged from a copy: chalice writes its deployment zip (several MB) into the
+    # project's .chalice/deployments/, which must not be the repository's.
     project = tmp_path / "corral"
     project.mkdir()
     shutil.copy(PROJECT / "app.py", project / "app.py")
@@ -268,3 +271,8 @@ def test_chalice_package_writes_a_sam_template_offline(tmp_path: Path) -> None:
     (event,) = sqs.values()
     assert event["Type"] == "SQS"
     assert "FunctionResponseTypes" not in event["Properties"]  # hence BatchFailedError
+    assert _files(PROJECT) == before  # nothing left in the repository
+
+
+def _files(folder: Path) -> set[Path]:
+    return {p.relative_to(folder) for p in folder.rglob("*")}

@@ -28,7 +28,7 @@ from agent_runtime.identity import InstanceIdentity, Notice
 from agent_runtime.trials import TrialRun
 from corral.adapters.memory import FakeClock
 from corral.api.auth import mint_agent_token
-from corral.api.schemas.agent import GpuInfo, Identity, IdentityKind
+from corral.protocol.agent import GpuInfo, Identity, IdentityKind
 from tests.chaos.aws import AGENT_SECRET, POOL
 from tests.chaos.lambdas import Gateway, Unreachable
 from tests.chaos.trials import Ledger, SimExecutor

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
+from corral.api import views
 from corral.domain.instance import InstanceState
 from corral.domain.offerings import CapacityType, Offering
 from corral.domain.trial import TrialState
-from corral.services import views
 from corral.services.scheduling import run_schedule_pass
 from corral.services.submit import SubmitError
 

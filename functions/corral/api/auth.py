@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from corral.api.schemas.agent import Identity, IdentityKind
+from corral.protocol.agent import Identity, IdentityKind
 
 AGENT_TOKEN_PREFIX = "corral-agent"
 _INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from corral.api.auth import AuthError, Principal
-from corral.api.schemas.agent import Identity, IdentityKind
+from corral.protocol.agent import Identity, IdentityKind
 
 GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
 # verify(token, audience) -> claims; raises ValueError for a bad, expired or foreign token.

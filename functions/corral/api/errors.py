@@ -1,8 +1,12 @@
 """Every failure becomes ``{"message": ..., "errors"?: [{"field", "reason"}]}``, never a traceback.
 
-One table maps exception types to HTTP statuses, so the routes just raise: services raise
-their own errors (SubmitError, AgentError, NotFoundError, ConflictError), config parsing
-raises ConfigError, and anything unexpected is logged with the request id and answered 500.
+One table maps exception types to HTTP statuses, so the routes just raise. Services raise
+domain errors (``corral.domain.errors``: the refusals below, ConflictError) or SubmitError,
+config parsing raises ConfigError, and anything unexpected is logged with the request id and
+answered 500. Only this module knows HTTP statuses for them.
+
+The agent runtime acts on these statuses: 403/404/409 to a register or heartbeat stop the
+agent (409 also shuts its instance down), 422 to a register is "unhealthy", 5xx is retried.
 """
 
 from __future__ import annotations
@@ -18,9 +22,16 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from corral.api.auth import AuthError
 from corral.api.schemas.public import ErrorBody, FieldError
 from corral.domain.config import ConfigError
-from corral.domain.errors import ConflictError, NotFoundError
+from corral.domain.errors import (
+    ConflictError,
+    Forbidden,
+    NotFoundError,
+    Refused,
+    RetryLater,
+    ShutDown,
+    Unhealthy,
+)
 from corral.domain.state_machine import IllegalTransition
-from corral.services.agents import AgentError
 from corral.services.submit import SubmitError
 
 logger = logging.getLogger("corral.api")
@@ -28,6 +39,20 @@ logger = logging.getLogger("corral.api")
 # Where a request value came from; dropped from field paths ("body.config" -> "config").
 _SOURCES = {"body", "query", "path", "header"}
 _REASONS = {"missing": "required", "extra_forbidden": "unknown field"}
+
+# The services' refusals (``corral.domain.errors``), each answered with its message.
+REFUSAL_STATUS: dict[type[Refused], int] = {
+    Forbidden: 403,  # another instance's record, a trial never placed on the agent
+    NotFoundError: 404,  # no such record (an instance Corral never launched, a trial id)
+    ShutDown: 409,  # the agent's instance is being shut down: the agent stops
+    Unhealthy: 422,  # an agent short of GPUs (or that says so): its instance is terminated
+    RetryLater: 503,  # nothing applied, the records kept changing: the agent retries
+}
+
+
+def refusal_status(exc: Refused) -> int:
+    """The status of a refusal: its class's, or its nearest ancestor's in the table."""
+    return next(REFUSAL_STATUS[c] for c in type(exc).__mro__ if c in REFUSAL_STATUS)
 
 
 class ApiError(Exception):
@@ -107,8 +132,7 @@ def install_error_handlers(app: APIGatewayHttpResolver) -> None:
         (SubmitError, submit_error),
         (ApiError, lambda e: error_response(e.status, e.message, e.errors)),
         (AuthError, lambda e: error_response(e.status, e.message)),
-        (AgentError, lambda e: error_response(e.status, e.message)),
-        (NotFoundError, lambda e: error_response(404, str(e))),
+        (list(REFUSAL_STATUS), lambda e: error_response(refusal_status(e), str(e))),
         ([ConflictError, IllegalTransition], conflict),
         (NoRoute, no_route),
         # Last resort: the most specific handler wins (Powertools looks up the MRO).

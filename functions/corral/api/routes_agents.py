@@ -1,8 +1,9 @@
-"""Agent routes: the agent protocol (``corral.api.schemas.agent``) over HTTP.
+"""Agent routes: the agent protocol (``corral.protocol.agent``) over HTTP.
 
 Each route takes the instance id the caller PROVED (``Deps.agent``), never one it claims, and
-the services check every agent id and trial against it: an agent can only act on its own
-record and on trials placed on it (403 otherwise).
+the services check every agent id and trial against it (``services.agents.placed_here``): an
+agent can only act on its own record and on trials placed on it (403 otherwise; the statuses
+come from the one table in ``api.errors``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from corral.api.deps import Deps
 from corral.api.errors import ApiError
 from corral.api.openapi import errors
-from corral.api.schemas.agent import (
+from corral.api.schemas.public import Accepted, FieldError, StatusApplied
+from corral.protocol.agent import (
     HeartbeatRequest,
     HeartbeatResponse,
     LogBatch,
@@ -20,26 +22,9 @@ from corral.api.schemas.agent import (
     RegisterResponse,
     TrialStatus,
 )
-from corral.api.schemas.public import Accepted, FieldError, StatusApplied
 from corral.services import agents
-from corral.services.context import Context
 
 TAG = "agents"
-
-
-def _placed_here(ctx: Context, agent_id: str, cloud_id: str, trial_id: str) -> None:
-    """A trial an agent may report on: one placed on it at some point. Reports about a trial
-    that has since moved on are still accepted (and ignored by the service), because the
-    agent may learn of the move only from the reply. The record is checked first, so another
-    instance's agent learns nothing about trials (403 before any 404)."""
-    record = ctx.store.get_instance(agent_id)
-    if record is None or record.cloud_id != cloud_id:
-        raise ApiError(403, f"agent {agent_id} does not belong to {cloud_id}")
-    trial = ctx.store.get_trial(trial_id)
-    if trial is None:
-        raise ApiError(404, f"no trial {trial_id}")
-    if agent_id not in trial.ran_on:
-        raise ApiError(403, f"trial {trial_id} was never placed on {agent_id}")
 
 
 def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
@@ -80,9 +65,7 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
                 "invalid request",
                 [FieldError(field="trial_id", reason=f"must be {trial_id}, as in the path")],
             )
-        ctx = deps.ctx()
-        _placed_here(ctx, agent_id, cloud_id, trial_id)
-        moved = agents.report_trial_status(ctx, agent_id, cloud_id, body)
+        moved = agents.report_trial_status(deps.ctx(), agent_id, cloud_id, body)
         return StatusApplied(
             applied=moved is not None, trial_state=moved.state.value if moved else None
         )

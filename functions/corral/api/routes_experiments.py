@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
+from corral.api import views
 from corral.api.deps import Deps
 from corral.api.openapi import errors
 from corral.api.schemas.public import (
@@ -20,7 +21,7 @@ from corral.api.schemas.public import (
     TrialView,
 )
 from corral.domain.config import CommandConfig, ExperimentConfig, parse_yaml, validate
-from corral.services import kill, submit, views
+from corral.services import kill, submit
 
 TAG = "experiments"
 

@@ -8,10 +8,10 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
+from corral.api import views
 from corral.api.deps import Deps
 from corral.api.openapi import errors
 from corral.api.schemas.public import EventsPage, Health, InstanceList, PoolList
-from corral.services import views
 
 TAG = "fleet"
 ALL = "Include records that ended (terminated, cancelled, failed launches)"

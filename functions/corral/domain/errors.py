@@ -56,5 +56,31 @@ class ConflictError(Exception):
     """A conditional write lost: someone else changed the record first. Re-read and retry."""
 
 
-class NotFoundError(Exception):
+# ---- refusals -------------------------------------------------------------------------------
+# What a service answers a caller it will not serve. Each class has one meaning; the API maps
+# each to one HTTP status in one table (``corral.api.errors``), and the agent runtime acts on
+# those statuses (a refused heartbeat stops the agent, 5xx is retried).
+class Refused(Exception):
+    """A request a service will not carry out; the message says why."""
+
+
+class NotFoundError(Refused):
     """A record the caller named does not exist."""
+
+
+class Forbidden(Refused):
+    """The caller may not act on this record: an agent naming another instance's record, or
+    a trial never placed on it."""
+
+
+class ShutDown(Refused):
+    """The caller's instance is being shut down (or is gone): it must stop, not retry."""
+
+
+class Unhealthy(Refused):
+    """The caller cannot do the work it offers (an agent short of GPUs, or that says it is
+    unhealthy); its instance is terminated."""
+
+
+class RetryLater(Refused):
+    """Nothing was applied because the records kept changing; the same request later will be."""

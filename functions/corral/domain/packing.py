@@ -84,9 +84,6 @@ class BinIndex:
     def bins(self) -> list[Bin]:
         return list(self._bins.values())
 
-    def max_free(self) -> int:
-        return max((f for f, bucket in self._by_free.items() if bucket), default=0)
-
     def _take(self, b: Bin, count: int) -> tuple[int, ...]:
         if b.fully_free and count > 0:
             self._fully_free_slots -= b.slots

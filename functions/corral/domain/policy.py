@@ -7,7 +7,7 @@ specific stays in the config and the providers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from corral.domain.offerings import Offering
@@ -73,7 +73,6 @@ class StaticPool:
     monthly_budget_usd: float | None = None
     on_demand_fallback: bool = True
     reap_fallback_early: bool = True
-    extra: dict[str, float] = field(default_factory=dict)
 
     def offerings(self) -> list[Offering]:
         return list(self.offering_list)

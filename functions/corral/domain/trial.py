@@ -102,10 +102,6 @@ class Trial:
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
 
-    @property
-    def is_pending(self) -> bool:
-        return self.state is T.PENDING
-
     def transition(self, target: TrialState, at: float, reason: str) -> Trial:
         TRIAL_MACHINE.check(self.state, target)
         placement = self.placement if target in HOLDS_GPUS else None

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from corral.api.schemas.agent import BindMount, CheckpointSpec, Rendezvous, TrialAssignment
 from corral.domain.config import ExperimentConfig
 from corral.domain.trial import Trial
+from corral.protocol.agent import BindMount, CheckpointSpec, Rendezvous, TrialAssignment
 from corral.services.context import Context
 
 # GLOO rendezvous port between trial containers (the seeds' firewall rules open 12355).

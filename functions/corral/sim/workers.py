@@ -14,7 +14,8 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from corral.api.schemas.agent import (
+from corral.domain.errors import ConflictError, Refused
+from corral.protocol.agent import (
     AgentTrialState,
     GpuInfo,
     HeartbeatRequest,
@@ -93,7 +94,7 @@ class Workers:
         )
         try:
             agent.agent_id = agent_service.register(self.ctx, request, cloud_id).agent_id
-        except agent_service.AgentError:
+        except (Refused, ConflictError):
             agent.alive = False  # told to shut down (its record moved on meanwhile)
             return
         self.by_record[agent.agent_id] = cloud_id

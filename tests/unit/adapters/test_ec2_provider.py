@@ -1,6 +1,6 @@
 """Ec2Provider under moto: the exact RunInstances request, tags, ownership and terminate.
 
-moto gaps covered here by other means (see TOOLING.md): ClientToken is not idempotent and
+moto gaps covered here by other means (docs/testing.md): ClientToken is not idempotent and
 spot requests fill at once (the token is asserted in the request, not by relaunching);
 MaxResults paging is ignored (a Stubber serves two pages); errors never happen by
 themselves (a ``before-call`` handler answers with an EC2 error instead of moto).

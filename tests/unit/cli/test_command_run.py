@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from corral.api.app import build_resolver
 from corral.api.auth import TokenAuthenticator
-from corral.api.schemas.agent import AgentTrialState, LogBatch, LogLineIn, TrialStatus
 from corral.cli.main import app
 from corral.domain.trial import TrialState
 from corral.local.http_shim import HttpShim
 from corral.local.lambda_host import LambdaContext
+from corral.protocol.agent import AgentTrialState, LogBatch, LogLineIn, TrialStatus
 from corral.services import agents as agent_service
 from corral.services.kill import kill_experiment
 from tests.services.harness import Cluster, Script

@@ -42,7 +42,7 @@ def test_minimal_aws_pool_has_determined_defaults() -> None:
     assert p.agent_docker_network == "corral"
     assert p.agent_docker_runtime == "runc"
     assert (p.agent_reconnect_attempts, p.agent_reconnect_backoff) == (5, 5.0)
-    assert (p.launch_error_timeout, p.launch_error_retries) == (0.0, 3)
+    assert p.launch_error_retries == 3
     assert p.on_demand_fallback is True
     assert p.capacity_memory_period == 180.0
     assert p.network_interface.public_ip is True

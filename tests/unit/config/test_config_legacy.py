@@ -133,6 +133,7 @@ def test_ignored_pool_and_provider_keys_warn() -> None:
                     "image_id": "ami-0123456789abcdef0",
                     "instance_type": "g4dn.xlarge",
                     "master_cert_name": "x",
+                    "launch_error_timeout": "5m",
                 },
             }
         ],
@@ -141,6 +142,9 @@ def test_ignored_pool_and_provider_keys_warn() -> None:
     assert loaded.warnings == (
         "log: ignored (Determined setting with no Corral equivalent)",
         "resource_pools[0].scheduler: ignored (Corral's scheduler has no settings)",
+        "resource_pools[0].provider.launch_error_timeout: ignored (Corral never leaves a pool "
+        "stopped: launch errors back it off (30 min at most) and an open boot breaker lets a "
+        "launch through after an hour)",
         "resource_pools[0].provider.master_cert_name: ignored (Determined setting with no "
         "Corral equivalent)",
     )

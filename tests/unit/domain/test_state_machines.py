@@ -21,7 +21,8 @@ from corral.domain.trial import ACTIVE_STATES, TRIAL_MACHINE, TrialState, new_tr
 IS = InstanceState
 T = TrialState
 
-# Written from ARCHITECTURE.md section 3, independently of the table under test.
+# Written from the state machines in docs/architecture.md, independently of the tables under
+# test.
 EXPECTED_INSTANCE_EDGES = {
     (IS.QUEUED, IS.REQUESTED),
     (IS.QUEUED, IS.CANCELLED),

@@ -9,7 +9,7 @@ import pytest
 
 from corral.api.auth import AuthError
 from corral.api.auth_gcp import GcpAuthenticator, gcp_authenticator_from_env
-from corral.api.schemas.agent import Identity, IdentityKind
+from corral.protocol.agent import Identity, IdentityKind
 
 AUDIENCE = "https://api-xyz.a.run.app"
 GOOGLE = "https://accounts.google.com"

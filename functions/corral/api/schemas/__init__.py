@@ -1,1 +1,1 @@
-"""Wire schemas shared by the control plane and the agent runtime (pydantic only)."""
+"""The API's public models (``public.py``). The agent protocol is ``corral.protocol``."""

@@ -81,11 +81,6 @@ class ResourcePool(FrozenModel):
         return self.provider.launch_error_retries
 
     @property
-    def launch_error_timeout_s(self) -> float:
-        """How long a pool stays stopped after its launch retries ran out; 0 = until reset."""
-        return self.provider.launch_error_timeout
-
-    @property
     def on_demand_fallback(self) -> bool:
         return self.provider.on_demand_fallback
 

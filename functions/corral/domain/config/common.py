@@ -283,7 +283,6 @@ class CommonProvider(FrozenModel):
     max_agent_starting_period: PositiveDuration = 1200.0
     min_instances: int = Field(default=0, ge=0)
     max_instances: int = Field(default=5, ge=0)
-    launch_error_timeout: Duration = 0.0
     launch_error_retries: int = Field(default=3, ge=0)
     # --- Corral additions
     on_demand_fallback: bool = True

@@ -12,6 +12,7 @@ top-level ``provider: {type: ..., <fields>}``          one pool ``default`` with
 ``resource_manager.default_compute_resource_pool``     ``default_resource_pool``
 ``instance_type.preemptible`` (GCP)                    means a Spot VM (same field, kept)
 other Determined master keys (``port``, ``db``, ...)   ignored, with a warning each
+provider ``launch_error_timeout``                      ignored, with a warning
 =====================================================  =========================================
 
 Everything else keeps Determined's name and meaning. The conversion works on the plain mapping
@@ -45,10 +46,16 @@ IGNORED_POOL_KEYS = frozenset(
         "task_container_defaults",
     }
 )  # fmt: skip
-IGNORED_PROVIDER_KEYS = frozenset({"agent_fluent_image", "master_cert_name"})
+IGNORED_PROVIDER_KEYS = frozenset(
+    {"agent_fluent_image", "launch_error_timeout", "master_cert_name"}
+)
 
 _HINTS = {
     "checkpoint_storage": "set checkpoint_storage in each experiment config",
+    "launch_error_timeout": (
+        "Corral never leaves a pool stopped: launch errors back it off (30 min at most) "
+        "and an open boot breaker lets a launch through after an hour"
+    ),
     "scheduler": "Corral's scheduler has no settings",
     "task_container_defaults": "set environment and bind_mounts in each experiment config",
 }

@@ -1,4 +1,6 @@
-"""Read models for the API: pure reads of the Store, priced with the domain's cost rules.
+"""The API's read models (``schemas/public.py``): pure reads of the Store, priced with the
+domain's cost rules and the services' accounting; the pool view shows the schedule pass's
+plan (``services.scheduling.plan_all``), computed without writing.
 
 Nothing here writes. Figures that change while something runs (a trial's cost, an
 instance's idle time) are computed at read time from ``ctx.clock`` rather than stored, so a

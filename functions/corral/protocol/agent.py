@@ -1,8 +1,9 @@
 """The agent protocol: what an agent sends the control plane and what it gets back.
 
-This module is the contract between ``agent_runtime`` and the ``api`` function; both import
-it, and it imports nothing but pydantic, so the agent never depends on control-plane
-internals. Every field has a default or a clear type so either side can be upgraded first.
+This module is the contract between ``agent_runtime`` and the control plane (the services
+that apply an agent's calls and the API routes that carry them); all of them import it, and
+it imports nothing but pydantic, so the agent never depends on control-plane internals.
+Every field has a default or a clear type so either side can be upgraded first.
 
 Flow: the agent proves its identity and registers its GPUs (``RegisterRequest``), then
 heartbeats every few seconds (``HeartbeatRequest``); each reply (``HeartbeatResponse``)
@@ -66,6 +67,12 @@ class RegisterResponse(_Model):
     heartbeat_interval_s: float = 5.0
     log_batch_max_lines: int = 500
     dead_man_switch_s: float = 600.0
+    fence_after_s: float | None = Field(
+        default=None,
+        description="Out of contact this long, the agent stops (checkpoints) its trials: the "
+        "control plane declares a silent agent lost, and runs its trials elsewhere, soon "
+        "after, and a trial must never run in two places. None: never",
+    )
 
 
 class GpuMetric(_Model):
