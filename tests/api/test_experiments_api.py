@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from corral.ports.commands import CommandKind
 from corral.ports.queue import QueueName
 from tests.services.harness import Cluster
 
@@ -35,7 +36,7 @@ def test_submit_writes_pending_trials_and_wakes_the_scheduler(
     assert sorted(t["hyperparameters"]["lr"] for t in body["trials"]) == [0.01, 0.1]
     stored = cluster.store.trials(experiment_id=body["id"])
     assert {t.state.value for t in stored} == {"PENDING"}
-    assert [m.kind for m in cluster.queue.sent(QueueName.SCHEDULE)] == ["schedule"]
+    assert [m.kind for m in cluster.queue.sent(QueueName.SCHEDULE)] == [CommandKind.SCHEDULE]
 
 
 def test_yaml_text_config_is_accepted(api: ApiClient) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from corral.adapters.aws.sqs_queue import encode_body
 from corral.adapters.memory import FakeClock
+from corral.ports.commands import CommandKind
 from corral.ports.queue import Message, QueueName
 from tests.chaos.aws import REGION, World
 from tests.chaos.ports import Crashes, SimulatedCrash
@@ -168,7 +169,7 @@ class Mailbox:
         }
         if name.endswith(".fifo"):
             attributes |= {
-                "MessageGroupId": "schedule",
+                "MessageGroupId": CommandKind.SCHEDULE.value,  # the only FIFO queue's kind
                 "MessageDeduplicationId": d.message_id,
                 "SequenceNumber": str(self._ids),
             }

@@ -30,11 +30,12 @@ from moto import mock_aws
 
 from corral.adapters.aws.dynamo_schema import create_tables
 from corral.adapters.memory import FakeClock
-from corral.api.schemas.agent import GpuInfo, Identity, IdentityKind, RegisterRequest
 from corral.domain.config import ExperimentConfig
 from corral.domain.instance import Instance
 from corral.handlers.aws import composition
+from corral.ports.commands import CommandKind
 from corral.ports.queue import QueueName
+from corral.protocol.agent import GpuInfo, Identity, IdentityKind, RegisterRequest
 from corral.services import agents
 from corral.services.context import Context
 from corral.services.submit import Submitted, submit_experiment
@@ -101,7 +102,7 @@ def sqs_record(queue_arn: str, body: str, message_id: str | None = None) -> dict
     }
     if queue_arn.endswith(".fifo"):
         attributes |= {
-            "MessageGroupId": "schedule",
+            "MessageGroupId": CommandKind.SCHEDULE.value,  # the only FIFO queue's kind
             "MessageDeduplicationId": message_id,
             "SequenceNumber": "1",
         }

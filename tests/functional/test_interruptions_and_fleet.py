@@ -11,6 +11,7 @@ from corral.domain.instance import Instance, InstanceState
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.domain.trial import TrialState
 from corral.handlers.aws import idle_reap, scale_up, schedule, spot_reconcile
+from corral.ports.commands import CommandKind
 from corral.ports.queue import QueueName
 from corral.services.kill import kill_experiment
 from tests.functional.conftest import (
@@ -73,7 +74,7 @@ def test_spot_warning_requeues_the_trial_and_wakes_the_scheduler(corral: Corral)
     assert record.state is InstanceState.DRAINING
     assert record.interruption_notice_at == corral.clock.now()
     kinds = [json.loads(str(r["body"]))["kind"] for r in corral.receive(QueueName.SCHEDULE)]
-    assert "schedule" in kinds  # the replacement is planned at once
+    assert CommandKind.SCHEDULE in kinds  # the replacement is planned at once
 
 
 def test_spot_warning_for_a_foreign_instance_changes_nothing(corral: Corral) -> None:

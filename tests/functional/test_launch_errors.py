@@ -16,6 +16,7 @@ from corral.domain.instance import InstanceState
 from corral.domain.records import EventKind
 from corral.domain.trial import TrialState
 from corral.handlers.aws import scale_up, schedule
+from corral.ports.commands import LaunchInstance
 from corral.ports.queue import QueueName
 from corral.services.submit import submit_experiment
 from tests.functional.conftest import (
@@ -211,7 +212,8 @@ def test_quota_error_backs_the_pool_off_and_shows_on_the_pending_trial(corral: C
 
 
 def _message(instance_id: str, attempt: int) -> dict[str, Any]:
-    return {"kind": "launch_instance", "body": {"instance_id": instance_id, "attempt": attempt}}
+    message = LaunchInstance(instance_id, attempt).to_message()
+    return {"kind": message.kind, "body": message.body}
 
 
 def test_a_plan_larger_than_one_transaction_is_committed_in_chunks(corral: Corral) -> None:

@@ -10,6 +10,7 @@ from corral.domain.instance import InstanceState
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.domain.trial import TrialState
 from corral.handlers.aws import scale_up, schedule
+from corral.ports.commands import CommandKind
 from corral.ports.queue import QueueName
 from tests.functional.conftest import (
     POOL,
@@ -32,7 +33,7 @@ def _plan_one_launch(corral: Corral) -> list[dict[str, object]]:
     assert queued.state is InstanceState.QUEUED
     records = corral.receive(QueueName.SCALE_UP)
     assert len(records) == 1
-    assert json.loads(str(records[0]["body"]))["kind"] == "launch_instance"
+    assert json.loads(str(records[0]["body"]))["kind"] == CommandKind.LAUNCH_INSTANCE
     return records
 
 
@@ -81,11 +82,20 @@ def test_duplicated_launch_message_in_one_batch_launches_one_instance(corral: Co
     assert stored.state is InstanceState.ALLOCATED
 
 
+@pytest.mark.parametrize(
+    "poison",
+    [
+        "{not json",
+        '{"kind":"mystery","body":{}}',
+        '{"kind":"launch_instance","body":{"instance_id":"inst-1","attempt":"0"}}',
+    ],
+)
 def test_a_failing_record_is_the_only_batch_item_failure(
-    corral: Corral, capsys: pytest.CaptureFixture[str]
+    corral: Corral, capsys: pytest.CaptureFixture[str], poison: str
 ) -> None:
     (good,) = _plan_one_launch(corral)
-    bad = sqs_record(str(good["eventSourceARN"]), "{not json", "bad-message")
+    # Reported failed (SQS dead-letters it after maxReceiveCount), never run.
+    bad = sqs_record(str(good["eventSourceARN"]), poison, "bad-message")
 
     reply = scale_up.handler(corral.batch([bad, good]), FakeLambdaContext())
 
@@ -97,6 +107,17 @@ def test_a_failing_record_is_the_only_batch_item_failure(
         k: sum(v) if isinstance(v, list) else v
         for doc in emf
         for k, v in doc.items()
-        if k in ("Launches", "RecordsFailed")
+        if k in ("Launches", "RecordsFailed", "CommandsMalformed")
     }
-    assert metrics == {"Launches": 1.0, "RecordsFailed": 1.0}
+    assert metrics == {"Launches": 1.0, "RecordsFailed": 1.0, "CommandsMalformed": 1.0}
+
+
+def test_a_schedule_message_not_understood_still_runs_the_pass(corral: Corral) -> None:
+    corral.submit(slots=1)
+    (record,) = corral.receive(QueueName.SCHEDULE)
+    odd = sqs_record(str(record["eventSourceARN"]), '{"kind":"mystery","body":{}}', "odd")
+
+    reply = schedule.handler(corral.batch([odd, record]), FakeLambdaContext())
+
+    assert reply == {"batchItemFailures": []}  # not retried: the pass ran anyway
+    assert len(corral.ctx.store.instances()) == 1

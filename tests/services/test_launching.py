@@ -8,10 +8,11 @@ from dataclasses import replace
 from corral.adapters.memory import SimulatedCloudConfig
 from corral.domain.errors import LaunchError, LaunchErrorClass
 from corral.domain.instance import InstanceState
+from corral.ports.commands import LaunchInstance
 from corral.ports.queue import QueueName
 from corral.services.reconciling import run_reconcile
 from corral.services.scale_up import LaunchOutcome, launch_instance
-from corral.services.scheduling import launch_message, run_schedule_pass
+from corral.services.scheduling import run_schedule_pass
 
 from .harness import OD_1, SPOT_1, Cluster, make_pool
 
@@ -26,7 +27,7 @@ def plan_one(cluster: Cluster) -> str:
 def test_a_duplicated_scale_up_message_launches_one_instance() -> None:
     cluster = Cluster()
     record_id = plan_one(cluster)
-    message = launch_message(cluster.store.get_instance(record_id))  # type: ignore[arg-type]
+    message = LaunchInstance.of(cluster.store.get_instance(record_id)).to_message()  # type: ignore[arg-type]
     cluster.queue.send(QueueName.SCALE_UP, [replace(message, dedupe_id=None)])
     cluster.queue.send(QueueName.SCALE_UP, [replace(message, dedupe_id=None)])
     cluster.pump()

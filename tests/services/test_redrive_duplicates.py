@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 
 from corral.domain.instance import InstanceState
+from corral.ports.commands import LaunchInstance
 from corral.ports.queue import QueueName
 from corral.services.dispatch import dispatch
-from corral.services.scheduling import launch_message, run_schedule_pass
+from corral.services.scheduling import run_schedule_pass
 
 from .harness import Cluster
 
@@ -28,7 +29,7 @@ def test_a_redriven_launch_message_is_delivered_twice_and_launches_once() -> Non
     run_schedule_pass(cluster.ctx)  # still QUEUED: the same message (same dedupe_id) again
 
     sent = cluster.queue.sent(QueueName.SCALE_UP)
-    assert sent == [launch_message(record)] * 2
+    assert sent == [LaunchInstance.of(record).to_message()] * 2
     assert sent[0].dedupe_id is not None  # a FIFO queue would drop the copy; this one does not
     received = cluster.queue.receive(QueueName.SCALE_UP, 10)
     assert len(received) == 2

@@ -1,24 +1,47 @@
-"""Route a queued command to its service: the one place that knows the message kinds, shared
-by the Lambda handlers, the Cloud Functions, the local stack's pollers and the tests."""
+"""Route a queued command to its service, shared by the Lambda handlers, the Cloud Functions,
+the local stack's pollers, the simulator and the tests. The kinds and their bodies live in
+``corral.ports.commands``; a message that carries no command raises ``MalformedCommand``."""
 
 from __future__ import annotations
 
+from typing import assert_never
+
+from corral.ports.commands import (
+    Command,
+    IdleReap,
+    LaunchInstance,
+    MalformedCommand,
+    Reconcile,
+    Schedule,
+    UnknownCommand,
+    parse,
+)
 from corral.ports.queue import Message
 from corral.services.context import Context
+from corral.services.reaping import run_idle_reap
+from corral.services.reconciling import run_reconcile
 from corral.services.scale_up import launch_instance
 from corral.services.scheduling import run_schedule_pass
 
-
-class UnknownMessage(ValueError):
-    pass
+UnknownMessage = UnknownCommand  # this module's name for it before corral.ports.commands
 
 
-def dispatch(ctx: Context, message: Message) -> str:
-    """Run the service a message asks for; returns a short outcome for logs."""
-    if message.kind == "schedule":
+def dispatch(ctx: Context, message: Message | Command) -> str:
+    """Run the service a message (or an already parsed command) asks for; returns a short
+    outcome for logs (the ``LaunchOutcome`` value for ``LaunchInstance``)."""
+    command = parse(message) if isinstance(message, Message) else message
+    if isinstance(command, Schedule):
         report = run_schedule_pass(ctx)
         return f"assigned={len(report.assigned)} launched={len(report.launched)}"
-    if message.kind == "launch_instance":
-        body = message.body
-        return launch_instance(ctx, str(body["instance_id"]), int(body["attempt"])).value
-    raise UnknownMessage(f"unknown message kind {message.kind!r}")
+    if isinstance(command, LaunchInstance):
+        return launch_instance(ctx, command.instance_id, command.attempt).value
+    if isinstance(command, Reconcile):
+        reconciled = run_reconcile(ctx)
+        return f"applied={len(reconciled.applied)} conflicts={reconciled.conflicts}"
+    if isinstance(command, IdleReap):
+        reaped = run_idle_reap(ctx)
+        return f"drained={len(reaped.drained)} terminated={len(reaped.terminated)}"
+    assert_never(command)
+
+
+__all__ = ["MalformedCommand", "UnknownCommand", "UnknownMessage", "dispatch"]

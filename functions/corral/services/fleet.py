@@ -9,7 +9,7 @@ from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.records import Event, EventKind
 from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
-from corral.ports.queue import Message, QueueName
+from corral.ports.commands import Schedule, send
 from corral.ports.store import Record, commit_one
 from corral.services.accounting import close_instance_spend
 from corral.services.context import Context
@@ -112,7 +112,7 @@ def mark_terminated(ctx: Context, record: Instance, reason: str) -> None:
 
 
 def wake_scheduler(ctx: Context, reason: str) -> None:
-    ctx.queue.send(QueueName.SCHEDULE, [Message("schedule", {"reason": reason})])
+    send(ctx.queue, [Schedule(reason)])
 
 
 __all__ = ["mark_terminated", "take_away", "terminate", "trials_on", "wake_scheduler"]

@@ -7,6 +7,7 @@ scanned: only those an owned instance still points at are fetched, by id.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -27,10 +28,10 @@ from corral.domain.reconcile_decisions import (
 )
 from corral.domain.reconciler import reconcile
 from corral.domain.records import Event, EventKind, PoolState
-from corral.ports.queue import QueueName
+from corral.ports.commands import LaunchInstance, send
+from corral.ports.store import retry_on_conflict
 from corral.services.context import Context
 from corral.services.fleet import mark_terminated, take_away, terminate, wake_scheduler
-from corral.services.scheduling import launch_message
 from corral.services.trial_deadlines import settle_overdue_trials
 
 
@@ -99,7 +100,7 @@ def _apply(ctx: Context, decision: Decision) -> None:
         if decision.mark_unavailable:
             records.append(_mark(ctx, requeued.pool, decision.mark_unavailable, now))
         ctx.store.commit(records)
-        ctx.queue.send(QueueName.SCALE_UP, [launch_message(requeued)])
+        send(ctx.queue, [LaunchInstance.of(requeued)])
         _event(ctx, EventKind.LAUNCH_FAILED, decision.reason, decision.record)
     elif isinstance(decision, (Adopt, Recover, FailAllocation)):
         ctx.store.commit([decision.apply(now)])
@@ -156,22 +157,22 @@ def _mark(ctx: Context, pool_name: str, offering_key: str, now: float) -> PoolSt
 def _count_boot_failures(ctx: Context, failures: Mapping[str, int]) -> None:
     threshold = ctx.settings.reconcile.breaker_threshold
     for pool_name, count in failures.items():
-        for _ in range(3):
-            state = ctx.store.pool_state(pool_name)
-            new = state
+
+        def step(pool_name: str = pool_name, count: int = count) -> str | None:
+            new = ctx.store.pool_state(pool_name)
             message = None
             for _ in range(count):
                 new, opened = on_boot_failure(new, ctx.clock.now(), threshold)
                 message = opened or message
-            try:
-                ctx.store.commit([new])
-            except ConflictError:
-                continue
+            ctx.store.commit([new])
+            return message
+
+        with contextlib.suppress(ConflictError):  # lost thrice: the next pass counts again
+            message = retry_on_conflict(step)
             if message:
                 ctx.store.append_events(
                     [Event(ctx.clock.now(), EventKind.BREAKER_OPEN, message, pool=pool_name)]
                 )
-            break
 
 
 def _event(ctx: Context, kind: EventKind, reason: str, record: Instance) -> None:

@@ -24,10 +24,9 @@ from corral.domain.instance import Instance, InstanceState
 from corral.domain.offerings import Offering
 from corral.domain.records import Event, EventKind
 from corral.ports.cloud import LaunchRequest
-from corral.ports.queue import QueueName
+from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import commit_one
 from corral.services.context import Context
-from corral.services.scheduling import launch_message
 
 
 class LaunchOutcome(StrEnum):
@@ -149,10 +148,7 @@ def _on_error(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutco
     )
     verdict = action.verdict
     if verdict is LaunchVerdict.RETRY_SAME_ATTEMPT:
-        ctx.queue.send(
-            QueueName.SCALE_UP,
-            [replace(launch_message(record), delay_s=action.delay_s, dedupe_id=None)],
-        )
+        send(ctx.queue, [LaunchInstance.of(record)], delay_s=action.delay_s, dedupe=False)
         return LaunchOutcome.RETRYING
     if verdict is LaunchVerdict.FAIL_RECORD:
         updated = replace(
@@ -196,7 +192,5 @@ def _on_error(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutco
         ]
     )
     if verdict in (LaunchVerdict.TRY_OTHER_OFFERING, LaunchVerdict.RETRY_NEW_ATTEMPT):
-        ctx.queue.send(
-            QueueName.SCALE_UP, [replace(launch_message(updated), delay_s=action.delay_s)]
-        )
+        send(ctx.queue, [LaunchInstance.of(updated)], delay_s=action.delay_s)
     return outcome

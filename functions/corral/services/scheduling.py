@@ -18,7 +18,7 @@ from corral.domain.planner import PoolPlan
 from corral.domain.records import Event, EventKind, PoolState
 from corral.domain.scheduler import Assignment, ScheduleResult, schedule
 from corral.domain.trial import Trial, TrialState
-from corral.ports.queue import Message, QueueName
+from corral.ports.commands import LaunchInstance, send
 from corral.services.accounting import pool_month_to_date
 from corral.services.context import Context
 
@@ -32,26 +32,26 @@ class PassReport:
     conflicts: int = 0
 
 
-def launch_message(instance: Instance) -> Message:
-    return Message(
-        "launch_instance",
-        {"instance_id": instance.id, "attempt": instance.attempt},
-        dedupe_id=f"{instance.id}-{instance.attempt}",
-    )
-
-
 def plan_all(
     ctx: Context, pending: Sequence[Trial], live: Sequence[Instance]
 ) -> tuple[ScheduleResult, dict[str, PoolPlan]]:
     """Placement and plans without writing anything (the reaper uses it to learn which
     idle agents the demand still counts on). ``pending`` may hold PREEMPTED trials too:
     they are planned for (their replacement boots while they checkpoint) but not placed."""
+    result, plans, _ = _plan(ctx, pending, live)
+    return result, plans
+
+
+def _plan(
+    ctx: Context, pending: Sequence[Trial], live: Sequence[Instance]
+) -> tuple[ScheduleResult, dict[str, PoolPlan], dict[str, PoolState]]:
     now = ctx.clock.now()
     result = schedule([t for t in pending if t.state is TrialState.PENDING], live)
     demand = [*result.unplaced, *(t for t in pending if t.state is TrialState.PREEMPTED)]
     plans: dict[str, PoolPlan] = {}
+    states: dict[str, PoolState] = {}
     for name, pool in ctx.pools.items():
-        state = ctx.store.pool_state(name)
+        state = states[name] = ctx.store.pool_state(name)
         pool_live = [i for i in live if i.pool == name]
         plans[name] = ctx.policy.plan_pool(
             pool,
@@ -62,43 +62,29 @@ def plan_all(
             leftover_free=result.leftover_free,
             month_to_date_usd=pool_month_to_date(state, pool_live, now),
         )
-    return result, plans
+    return result, plans, states
 
 
 def run_schedule_pass(ctx: Context) -> PassReport:
+    """Place what fits, then launch for the rest: the placement and the plans are the ones
+    ``plan_all`` computes, applied here. A trial whose assignment loses its race was counted
+    as placed by the plan, so it launches nothing this pass and is placed again next one."""
     report = PassReport()
     # PREEMPTED trials are still stopping where they ran (a spot notice, a lost gang member):
     # not placeable yet, but their replacement capacity is planned now.
     waiting = ctx.store.trials(states={TrialState.PENDING, TrialState.PREEMPTED})
-    pending = [t for t in waiting if t.state is TrialState.PENDING]
-    leaving = [t for t in waiting if t.state is TrialState.PREEMPTED]
     live = {i.id: i for i in ctx.store.instances(states=LIVE_STATES)}
     report.undrained = _take_back_drained(ctx, waiting, live)
-    result = schedule(pending, list(live.values()))
-    lost_race: set[str] = set()
+    result, plans, states = _plan(ctx, waiting, list(live.values()))
     for assignment in result.assignments:
         if _assign(ctx, assignment, live):
             report.assigned.append(assignment.trial.id)
         else:
-            lost_race.add(assignment.trial.id)
             report.conflicts += 1
-
-    now = ctx.clock.now()
-    unplaced = [t for t in result.unplaced if t.id not in lost_race]
-    for name, pool in ctx.pools.items():
+    for name, plan in plans.items():
         pool_live = [i for i in live.values() if i.pool == name]
-        state = ctx.store.pool_state(name)
-        plan = ctx.policy.plan_pool(
-            pool,
-            [t for t in [*unplaced, *leaving] if t.pool == name],
-            pool_live,
-            state,
-            now,
-            leftover_free=result.leftover_free,
-            month_to_date_usd=pool_month_to_date(state, pool_live, now),
-        )
-        _apply_plan(ctx, plan, state, pool_live, report)
-        _update_pending_reasons(ctx, [t for t in unplaced if t.pool == name], plan)
+        _apply_plan(ctx, plan, states[name], pool_live, report)
+        _update_pending_reasons(ctx, [t for t in result.unplaced if t.pool == name], plan)
     return report
 
 
@@ -236,9 +222,9 @@ def _apply_plan(
         and now - max(i.entered_at(InstanceState.QUEUED) or i.created_at, i.redriven_at or 0.0)
         >= ctx.settings.redrive_after_s
     ]
-    messages = [launch_message(i) for i in [*created, *_mark_redriven(ctx, stale, now)]]
-    if messages:
-        ctx.queue.send(QueueName.SCALE_UP, messages)
+    launches = [LaunchInstance.of(i) for i in [*created, *_mark_redriven(ctx, stale, now)]]
+    if launches:
+        send(ctx.queue, launches)
 
 
 def _mark_redriven(ctx: Context, stale: list[Instance], now: float) -> list[Instance]:

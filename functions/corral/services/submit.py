@@ -11,7 +11,7 @@ from corral.domain.config import CommandConfig, ExperimentConfig, command_job, e
 from corral.domain.planner import infeasible_reason
 from corral.domain.records import Event, EventKind, Experiment
 from corral.domain.trial import Trial, new_trial
-from corral.ports.queue import Message, QueueName
+from corral.ports.commands import Schedule, send
 from corral.services.context import Context
 
 
@@ -107,10 +107,7 @@ def submit_experiment(
                 )
             ]
         )
-        ctx.queue.send(
-            QueueName.SCHEDULE,
-            [Message("schedule", {"reason": "submit"}, dedupe_id=f"submit-{experiment_id}")],
-        )
+        send(ctx.queue, [Schedule.for_submit(experiment_id)])
     if existing is None:
         return Submitted(experiment, tuple(written), created=True)
     stored = tuple(t for t in (ctx.store.get_trial(t.id) for t in trials) if t is not None)

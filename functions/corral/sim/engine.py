@@ -31,12 +31,14 @@ from corral.domain.config import ExperimentConfig
 from corral.domain.instance import LIVE_STATES, InstanceState
 from corral.domain.offerings import Offering
 from corral.domain.trial import ACTIVE_STATES, TrialState
+from corral.ports.commands import LaunchInstance, parse
 from corral.ports.queue import QueueName
 from corral.services.context import Context, SequentialIds
+from corral.services.dispatch import dispatch
 from corral.services.interruptions import NoticeKind, on_interruption_notice
 from corral.services.reaping import run_idle_reap
 from corral.services.reconciling import run_reconcile
-from corral.services.scale_up import LaunchOutcome, launch_instance
+from corral.services.scale_up import LaunchOutcome
 from corral.services.scheduling import run_schedule_pass
 from corral.services.submit import SubmitError, submit_experiment
 from corral.sim.model import Outage, SimulationConfig, outages
@@ -245,11 +247,10 @@ class Engine:
                 return
             for received in launches:
                 self.queue.delete(QueueName.SCALE_UP, received.receipt)
-                body = received.message.body
-                instance_id = str(body["instance_id"])
-                outcome = launch_instance(self.ctx, instance_id, int(body["attempt"]))
-                if outcome is LaunchOutcome.LAUNCHED:
-                    self._launched(instance_id)
+                command = parse(received.message)
+                outcome = dispatch(self.ctx, command)
+                if isinstance(command, LaunchInstance) and outcome == LaunchOutcome.LAUNCHED:
+                    self._launched(command.instance_id)
             if schedule:
                 # One pass per batch, as the schedule function handles an SQS batch.
                 for received in schedule:

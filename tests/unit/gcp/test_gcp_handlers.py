@@ -108,7 +108,13 @@ def test_an_early_delayed_command_fails_the_delivery_to_come_back(cluster: Clust
 
 
 @pytest.mark.parametrize(
-    "payload", [[1], {"kind": "mystery", "body": {}}, {"kind": "launch_instance"}]
+    "payload",
+    [
+        [1],
+        {"kind": "mystery", "body": {}},
+        {"kind": "launch_instance"},
+        {"kind": "launch_instance", "body": {"instance_id": "inst-1", "attempt": "0"}},
+    ],
 )
 def test_commands_that_can_never_succeed_are_dropped(cluster: Cluster, payload: Any) -> None:
     assert deliver("scale_up", payload) == 200

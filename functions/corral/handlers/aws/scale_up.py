@@ -22,6 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from corral.adapters.aws.sqs_queue import parse_sqs_body
 from corral.handlers.aws import composition
 from corral.handlers.aws.observability import count, make_logger, make_metrics
+from corral.ports.commands import MalformedCommand, parse
 from corral.services.dispatch import dispatch
 from corral.services.scale_up import LaunchOutcome
 
@@ -45,7 +46,15 @@ _METRIC: dict[str, str] = {
 def record_handler(record: SQSRecord) -> str:
     logger.set_correlation_id(record.message_id)
     try:
-        outcome = dispatch(composition.build_context(), parse_sqs_body(record.body))
+        command = parse(parse_sqs_body(record.body))
+    except (MalformedCommand, ValueError):
+        # A poison message: reported failed like any other, so SQS dead-letters it after
+        # maxReceiveCount receives (kept for a look) instead of retrying it forever.
+        logger.exception("malformed scale-up message", extra={"body": record.body})
+        count(metrics, {"CommandsMalformed": 1})
+        raise
+    try:
+        outcome = dispatch(composition.build_context(), command)
     except Exception:
         logger.exception("scale-up message failed", extra={"body": record.body})
         raise

@@ -12,8 +12,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from corral.adapters.aws.sqs_queue import parse_sqs_body
 from corral.handlers.aws import composition
 from corral.handlers.aws.observability import count, is_sqs_batch, make_logger, make_metrics
+from corral.ports.commands import Schedule, parse
 from corral.services.scheduling import run_schedule_pass
 
 logger = make_logger("schedule")
@@ -27,7 +29,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if records:
         # The first message stands for the batch; every id is logged for tracing back.
         logger.set_correlation_id(records[0].get("messageId"))
-        logger.info("schedule messages", extra={"message_ids": [r["messageId"] for r in records]})
+        logger.info(
+            "schedule messages",
+            extra={"message_ids": [r["messageId"] for r in records], "reasons": _reasons(records)},
+        )
     else:
         logger.set_correlation_id(event.get("id"))
     report = run_schedule_pass(composition.build_context())
@@ -53,3 +58,20 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     )
     # Read only when the event source mapping reports batch item failures: none here.
     return {"batchItemFailures": []}
+
+
+def _reasons(records: list[dict[str, Any]]) -> list[str]:
+    """What the messages say woke the pass, for the log. One that is not a schedule command
+    is logged and otherwise ignored: the pass runs anyway, so it is not retried."""
+    reasons: list[str] = []
+    for record in records:
+        try:
+            command = parse(parse_sqs_body(str(record.get("body", ""))))
+        except ValueError as error:  # MalformedCommand included
+            logger.warning(
+                "schedule message not understood",
+                extra={"message_id": record.get("messageId"), "reason": str(error)},
+            )
+            continue
+        reasons.append(command.reason if isinstance(command, Schedule) else command.kind.value)
+    return reasons

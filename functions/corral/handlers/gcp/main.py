@@ -109,18 +109,20 @@ def schedule(cloud_event: Any) -> None:
 def scale_up(cloud_event: Any) -> None:
     """Scale-up topic: one ``launch_instance`` per message (idempotent per record)."""
     from corral.adapters.gcp.pubsub_queue import check_due, parse_delivery
-    from corral.services.dispatch import UnknownMessage, dispatch
+    from corral.ports.commands import parse
+    from corral.services.dispatch import dispatch
 
     try:
         delivery = parse_delivery(cloud_event.data or {})
-    except ValueError as error:
+        command = parse(delivery.message)
+    except ValueError as error:  # MalformedCommand too: it can never succeed
         log.error("scale-up message dropped (malformed): %s", error)
         return
     ctx = _ctx()
     check_due(delivery, ctx.clock.now())  # NotDue: fail the delivery, Pub/Sub brings it back
     try:
-        outcome = dispatch(ctx, delivery.message)
-    except (UnknownMessage, KeyError, ValueError) as error:
+        outcome = dispatch(ctx, command)
+    except (KeyError, ValueError) as error:  # the same again would fail the same way
         log.error("scale-up message %s dropped: %s", delivery.message_id, error)
         return
     log.info("scale-up message %s: %s", delivery.message_id, outcome)
@@ -145,6 +147,7 @@ def spot_reconcile(cloud_event: Any) -> None:
     """Interruptions topic: a preemption log entry (drain, requeue, replace) or the
     scheduler's tick (one reconcile pass: cloud truth against stored truth)."""
     from corral.adapters.gcp.gce_events import preemption
+    from corral.ports.commands import CommandKind
 
     payload = _payload(cloud_event)
     preempted = preemption(payload)
@@ -154,7 +157,7 @@ def spot_reconcile(cloud_event: Any) -> None:
         ours = on_interruption_notice(_ctx(), preempted.instance_name, NoticeKind.INTERRUPTION)
         log.info("preemption of %s (ours: %s)", preempted.instance_name, ours)
         return
-    if payload.get("kind") not in (None, "reconcile"):
+    if payload.get("kind") not in (None, CommandKind.RECONCILE):
         log.warning("interruptions topic: %s dropped", payload.get("kind"))
         return
     from corral.services.reconciling import run_reconcile
