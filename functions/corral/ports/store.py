@@ -14,9 +14,10 @@ Contract (held by every adapter, checked by tests/contract):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol, TypeVar
 
+from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
 from corral.domain.trial import Trial, TrialState
@@ -84,3 +85,21 @@ def commit_one(store: Store, record: R) -> R:
     if not isinstance(stored, type(record)):
         raise TypeError(f"store returned {type(stored).__name__} for {type(record).__name__}")
     return stored
+
+
+T = TypeVar("T")
+
+
+def retry_on_conflict(step: Callable[[], T], attempts: int = 3) -> T:
+    """Run ``step`` (read, decide, conditional commit) again each time it loses a race to
+    another writer, ``attempts`` times in all; the last ``ConflictError`` propagates for the
+    caller to decide what losing means. Every step re-reads what it decides on, so a retry
+    never commits a decision made on records that changed."""
+    if attempts < 1:
+        raise ValueError("attempts must be at least 1")
+    for _ in range(attempts - 1):
+        try:
+            return step()
+        except ConflictError:
+            continue
+    return step()

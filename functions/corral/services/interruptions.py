@@ -10,6 +10,7 @@ from enum import StrEnum
 from corral.domain.errors import ConflictError
 from corral.domain.instance import HOLDS_CLOUD_INSTANCE, InstanceState
 from corral.domain.records import Event, EventKind
+from corral.ports.store import retry_on_conflict
 from corral.services.context import Context
 from corral.services.fleet import mark_terminated, take_away, wake_scheduler
 
@@ -24,7 +25,8 @@ def on_interruption_notice(ctx: Context, cloud_id: str, kind: NoticeKind) -> boo
     them checkpoint; the replacement resumes from that checkpoint). A rebalance
     recommendation only stops new work from landing there. Returns False for an instance
     that is not ours or is already handled (notices arrive more than once)."""
-    for _ in range(3):
+
+    def step() -> bool:
         record = ctx.store.instance_by_cloud_id(cloud_id)
         if record is None or record.state not in HOLDS_CLOUD_INSTANCE:
             return False
@@ -36,13 +38,10 @@ def on_interruption_notice(ctx: Context, cloud_id: str, kind: NoticeKind) -> boo
             updated = record.transition(InstanceState.DRAINING, now, f"spot {kind.value} notice")
         if kind is NoticeKind.INTERRUPTION or updated.interruption_notice_at is None:
             updated = replace(updated, interruption_notice_at=record.interruption_notice_at or now)
-        try:
-            if kind is NoticeKind.INTERRUPTION:
-                take_away(ctx, updated, f"spot interruption notice for {cloud_id}", still_up=True)
-            else:
-                ctx.store.commit([updated])
-        except ConflictError:
-            continue
+        if kind is NoticeKind.INTERRUPTION:
+            take_away(ctx, updated, f"spot interruption notice for {cloud_id}", still_up=True)
+        else:
+            ctx.store.commit([updated])
         ctx.store.append_events(
             [
                 Event(
@@ -56,7 +55,11 @@ def on_interruption_notice(ctx: Context, cloud_id: str, kind: NoticeKind) -> boo
         )
         wake_scheduler(ctx, f"replace {record.id}")
         return True
-    return False
+
+    try:
+        return retry_on_conflict(step)
+    except ConflictError:
+        return False  # it kept changing: the next notice or the reconciler handles it
 
 
 def on_cloud_state(ctx: Context, cloud_id: str, state: str) -> bool:

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 from corral.domain.errors import ConflictError, NotFoundError
 from corral.domain.records import Event, EventKind, Experiment
-from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
-from corral.ports.store import commit_one
+from corral.domain.trial import Trial, TrialState
+from corral.ports.store import commit_one, retry_on_conflict
 from corral.services.context import Context
 
 
@@ -43,23 +43,24 @@ def kill_experiment(ctx: Context, experiment_id: str) -> Experiment:
 
 
 def kill_trial(ctx: Context, trial: Trial) -> Trial:
-    for _ in range(3):
-        if not trial.is_active or trial.state is TrialState.STOPPING:
-            return trial
+    latest = [trial]
+
+    def step() -> Trial:
+        current = latest[0]
+        if not current.is_active or current.state is TrialState.STOPPING:
+            return current
         now = ctx.clock.now()
-        if trial.state in HOLDS_GPUS:
-            target = trial.transition(TrialState.STOPPING, now, "killed by user")
-        elif trial.state is TrialState.PENDING:
-            target = trial.transition(TrialState.CANCELLED, now, "killed by user")
-        else:  # PREEMPTED: holds no GPUs, nothing to stop
-            target = trial.transition(TrialState.STOPPING, now, "killed by user").transition(
-                TrialState.CANCELLED, now, "nothing was running"
-            )
+        if current.state is TrialState.PENDING:
+            target = current.transition(TrialState.CANCELLED, now, "killed by user")
+        else:  # it holds GPUs: its agents stop it, then it is CANCELLED
+            target = current.transition(TrialState.STOPPING, now, "killed by user")
         try:
             return commit_one(ctx.store, target)
         except ConflictError:
-            fresh = ctx.store.get_trial(trial.id)
-            if fresh is None:
-                return trial
-            trial = fresh
-    return trial
+            latest[0] = ctx.store.get_trial(trial.id) or current
+            raise
+
+    try:
+        return retry_on_conflict(step)
+    except ConflictError:
+        return latest[0]
