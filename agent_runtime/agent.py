@@ -24,7 +24,7 @@ from agent_runtime.interruptions import InterruptionWatcher, grace_for
 from agent_runtime.logs import CloudWatchLogs, LogShipper, PermanentLogError
 from agent_runtime.metrics import CloudWatchMetrics
 from agent_runtime.trials import TrialRun, launch_spec
-from corral.api.schemas.agent import (
+from corral.protocol.agent import (
     AgentTrialState,
     GpuInfo,
     GpuMetric,
@@ -90,6 +90,8 @@ class Agent:
         self._exit_deadline: float | None = None
         self._failures = 0
         self._leftovers: list[str] | None = None  # None: not looked for yet
+        # Out of contact this long, stop the trials (the control plane says how long).
+        self.fence_after_s: float | None = None
         now = clock.monotonic()
         self._next_register = self._next_heartbeat = self._next_flush = now
 
@@ -139,6 +141,7 @@ class Agent:
             self.logs.flush(self._send_logs)
         if self.agent_id is not None and now >= self._next_heartbeat:
             self._heartbeat(now)
+        self._fence(now)
         if self.deadman.check():
             self.exit_code = EXIT_DEADMAN
             return
@@ -191,6 +194,7 @@ class Agent:
         self._failures = 0
         self.interval = reply.heartbeat_interval_s
         self.logs.batch_lines = max(1, min(reply.log_batch_max_lines, 5_000))
+        self.fence_after_s = reply.fence_after_s
         if self.config.dead_man_switch_s is None:
             self.deadman.timeout_s = reply.dead_man_switch_s
         self.deadman.contact()
@@ -336,6 +340,23 @@ class Agent:
             self.client.trial_status(self.agent_id, status)
         except (Unreachable, ControlPlaneError) as exc:
             log.warning("hand-back of %s not delivered (%s)", trial_id, exc)
+
+    def _fence(self, now: float) -> None:
+        """Out of contact past ``fence_after_s``: the control plane has declared this agent
+        lost, or will before these trials could end, and runs them elsewhere. Stop them here
+        (they checkpoint) so no trial ever runs in two places; they are reported preempted
+        once contact is back. Shorter outages touch nothing."""
+        if self.fence_after_s is None or self.deadman.silent_for() < self.fence_after_s:
+            return
+        running = [r for r in self.trials.values() if not r.terminal and r.stop_as is None]
+        for run in running:
+            log.warning(
+                "no contact with the control plane for %.0f s: stopping trial %s (it runs "
+                "elsewhere next)",
+                self.deadman.silent_for(),
+                run.trial_id,
+            )
+            run.stop(AgentTrialState.PREEMPTED, self.config.stop_grace_s, now)
 
     # --- interruptions and exit ----------------------------------------------------------
     def _interrupt(self, notice: Notice, notify: bool) -> None:

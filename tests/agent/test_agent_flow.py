@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent_runtime.agent import EXIT_DEADMAN, EXIT_OK, EXIT_REFUSED
-from corral.api.schemas.agent import TrialAssignment
+from corral.protocol.agent import TrialAssignment
 from tests.agent.conftest import (
     FakeControlPlane,
     FakeMetadata,
@@ -283,3 +283,22 @@ def test_a_process_trial_says_its_bind_mounts_are_not_applied(make_agent, plane,
     lines = plane.log_lines("t-bm")
     assert lines[-1] == "ran"
     assert "bind mount /mnt/disks/second -> /second not applied" in lines[0]
+
+
+def test_out_of_contact_past_the_fence_the_agent_stops_its_trials(make_agent, plane, tmp_path):
+    """The control plane declares a silent agent lost and runs its trials elsewhere: an
+    agent cut off (a partition, not only a dead control plane) must stop them first."""
+    plane.register_reply["fence_after_s"] = 50.0
+    plane.heartbeat_replies.append(
+        {"start": [assignment("t-f", trial_script(tmp_path, CHECKPOINTING))]}
+    )
+    h = make_agent()
+    h.step_until(lambda: "running" in _states(plane, "t-f"))
+    plane.down = True
+    h.step_until(lambda: h.agent.deadman.silent_for() >= 40, advance=5.0)
+    assert h.agent.trials["t-f"].stop_as is None  # a short outage touches nothing
+    h.step_until(lambda: h.agent.trials["t-f"].terminal, advance=5.0)
+    assert h.agent.trials["t-f"].state.value == "preempted"
+    plane.down = False  # contact again: the stop is reported, the checkpoint with it
+    h.step_until(lambda: "preempted" in _states(plane, "t-f"), advance=5.0)
+    assert h.shutdowns == []

@@ -18,7 +18,14 @@ from corral.adapters.memory import (
     SimulatedCloud,
     SimulatedCloudConfig,
 )
-from corral.api.schemas.agent import (
+from corral.domain.config import ExperimentConfig
+from corral.domain.errors import ConflictError, Refused
+from corral.domain.instance import Instance
+from corral.domain.offerings import CapacityType, Offering
+from corral.domain.policy import StaticPool
+from corral.ports.cloud import CloudState
+from corral.ports.queue import QueueName
+from corral.protocol.agent import (
     AgentTrialState,
     GpuInfo,
     HeartbeatRequest,
@@ -28,12 +35,6 @@ from corral.api.schemas.agent import (
     TrialAssignment,
     TrialStatus,
 )
-from corral.domain.config import ExperimentConfig
-from corral.domain.instance import Instance
-from corral.domain.offerings import CapacityType, Offering
-from corral.domain.policy import StaticPool
-from corral.ports.cloud import CloudState
-from corral.ports.queue import QueueName
 from corral.services import agents as agent_service
 from corral.services.context import Context, SequentialIds
 from corral.services.dispatch import dispatch
@@ -196,7 +197,7 @@ class Cluster:
                 self.agents[ci.cloud_id] = agent
                 try:
                     agent.register()
-                except agent_service.AgentError:
+                except (Refused, ConflictError):
                     agent.alive = False
         for cloud_id, agent in self.agents.items():
             cloud = self.cloud.get(cloud_id)

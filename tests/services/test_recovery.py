@@ -55,7 +55,7 @@ def test_the_trial_resumes_from_its_checkpoint_on_the_replacement() -> None:
     cluster, trial_id = running_cluster()
     (record,) = cluster.instances()
     trial = cluster.trial(trial_id)
-    from corral.api.schemas.agent import AgentTrialState, TrialStatus
+    from corral.protocol.agent import AgentTrialState, TrialStatus
     from corral.services.agents import report_trial_status
 
     assert record.cloud_id
@@ -183,8 +183,9 @@ def test_reconcile_never_touches_an_instance_without_our_tags() -> None:
 def test_an_agent_reporting_itself_unhealthy_is_terminated_at_once() -> None:
     import pytest
 
-    from corral.api.schemas.agent import Identity, IdentityKind, RegisterRequest
-    from corral.services.agents import AgentError, register
+    from corral.domain.errors import Unhealthy
+    from corral.protocol.agent import Identity, IdentityKind, RegisterRequest
+    from corral.services.agents import register
 
     cluster = Cluster(make_pool())
     cluster.submit()
@@ -198,10 +199,9 @@ def test_an_agent_reporting_itself_unhealthy_is_terminated_at_once() -> None:
         zone=cloud.location,
         unhealthy_reason="unhealthy: GPU detection failed: nvidia-smi not found",
     )
-    with pytest.raises(AgentError) as refused:
+    with pytest.raises(Unhealthy) as refused:
         register(cluster.ctx, request, cloud.cloud_id)
-    assert refused.value.status == 422
-    assert "nvidia-smi not found" in refused.value.message
+    assert "nvidia-smi not found" in str(refused.value)
     (record,) = cluster.instances()
     assert record.state is InstanceState.TERMINATED
     assert cluster.store.pool_state("gpu").boot_failures == 1

@@ -125,7 +125,7 @@ def test_checkpoints_reported_every_heartbeat_do_not_flood_the_event_log() -> No
     cluster.pump()
     cluster.run(40)
     (agent,) = cluster.agents.values()
-    from corral.api.schemas.agent import AgentTrialState, HeartbeatRequest, TrialStatus
+    from corral.protocol.agent import AgentTrialState, HeartbeatRequest, TrialStatus
     from corral.services import agents as agent_service
 
     for step in range(20):
@@ -195,7 +195,7 @@ def test_only_rank_0_missing_a_running_gang_trial_requeues_it() -> None:
 
 
 def test_an_agent_draining_of_its_own_accord_gets_no_new_work() -> None:
-    from corral.api.schemas.agent import HeartbeatRequest
+    from corral.protocol.agent import HeartbeatRequest
     from corral.services import agents as agent_service
 
     cluster = Cluster(make_pool(max_idle_s=600.0, max_instances=2))

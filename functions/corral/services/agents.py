@@ -2,7 +2,8 @@
 
 The caller (the API handler) has already verified the agent's identity document and passes
 the cloud id it proves; every call is checked against the record it names, so an agent can
-only ever act on its own record and the trials assigned to it.
+only ever act on its own record and the trials placed on it (``placed_here``). Refusals are
+the domain's (``corral.domain.errors``); the API maps them to HTTP statuses.
 """
 
 from __future__ import annotations
@@ -11,7 +12,20 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from corral.api.schemas.agent import (
+from corral.domain.backoff import on_boot_failure, on_registration
+from corral.domain.errors import (
+    ConflictError,
+    Forbidden,
+    NotFoundError,
+    RetryLater,
+    ShutDown,
+    Unhealthy,
+)
+from corral.domain.instance import Instance, InstanceState
+from corral.domain.records import Event, EventKind, Heartbeat, LogLine, TrialReport
+from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
+from corral.ports.store import commit_one
+from corral.protocol.agent import (
     AgentTrialState,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -20,12 +34,6 @@ from corral.api.schemas.agent import (
     RegisterResponse,
     TrialStatus,
 )
-from corral.domain.backoff import on_boot_failure, on_registration
-from corral.domain.errors import ConflictError
-from corral.domain.instance import Instance, InstanceState
-from corral.domain.records import Event, EventKind, Heartbeat, LogLine, TrialReport
-from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
-from corral.ports.store import commit_one
 from corral.services.assignments import build_assignment
 from corral.services.context import Context
 from corral.services.fleet import reporting, terminate, wake_scheduler
@@ -33,18 +41,9 @@ from corral.services.trial_deadlines import settle_trial
 from corral.services.trial_moves import move_off_gpus, requeue
 
 
-class AgentError(Exception):
-    """A refused agent call; ``status`` is the HTTP status the API answers with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> RegisterResponse:
     if request.cloud_id != proven_cloud_id:
-        raise AgentError(403, "the identity document is for another instance")
+        raise Forbidden("the identity document is for another instance")
     now = ctx.clock.now()
     for _ in range(3):
         record = _record_for(ctx, request)
@@ -61,7 +60,7 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
                 address=request.private_ip,
             )
         else:
-            raise AgentError(409, f"instance record {record.id} is {record.state.value}: shut down")
+            raise ShutDown(f"instance record {record.id} is {record.state.value}: shut down")
         state = ctx.store.pool_state(record.pool)
         fresh = on_registration(state)
         try:
@@ -85,8 +84,9 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
             agent_id=record.id,
             heartbeat_interval_s=ctx.settings.heartbeat_interval_s,
             dead_man_switch_s=ctx.settings.dead_man_switch_s,
+            fence_after_s=ctx.settings.fence_after_s,
         )
-    raise AgentError(409, "the record kept changing; retry")
+    raise ConflictError(f"the record of {request.cloud_id} kept changing; retry")
 
 
 def _record_for(ctx: Context, request: RegisterRequest) -> Instance:
@@ -108,11 +108,8 @@ def _record_for(ctx: Context, request: RegisterRequest) -> Instance:
                 cloud_id=request.cloud_id,
                 launched_at=pending.requested_at or now,
             )
-            try:
-                return commit_one(ctx.store, adopted)
-            except ConflictError as exc:
-                raise AgentError(409, "the record changed; retry") from exc
-    raise AgentError(404, f"{request.cloud_id} is not an instance Corral launched")
+            return commit_one(ctx.store, adopted)  # a lost race: ConflictError, retry
+    raise NotFoundError(f"{request.cloud_id} is not an instance Corral launched")
 
 
 def _reject_unhealthy(ctx: Context, record: Instance, found: int, agent_says: str | None) -> None:
@@ -132,14 +129,30 @@ def _reject_unhealthy(ctx: Context, record: Instance, found: int, agent_says: st
         )
     terminate(ctx, record, reason, EventKind.INSTANCE_TERMINATING)
     wake_scheduler(ctx, f"{record.id} was refused")  # its demand still waits
-    raise AgentError(422, reason)
+    raise Unhealthy(reason)
 
 
 def _own_record(ctx: Context, agent_id: str, proven_cloud_id: str) -> Instance:
     record = ctx.store.get_instance(agent_id)
     if record is None or record.cloud_id != proven_cloud_id:
-        raise AgentError(403, f"agent {agent_id} does not belong to {proven_cloud_id}")
+        raise Forbidden(f"agent {agent_id} does not belong to {proven_cloud_id}")
     return record
+
+
+def placed_here(
+    ctx: Context, agent_id: str, proven_cloud_id: str, trial_id: str
+) -> tuple[Instance, Trial]:
+    """The agent's record and a trial it may act on: one placed on it at some point
+    (``ran_on``). A trial that has since moved on still passes, because the agent may learn
+    of the move only from the heartbeat reply. The record is checked first, so another
+    instance's agent learns nothing about trials (Forbidden before any NotFoundError)."""
+    record = _own_record(ctx, agent_id, proven_cloud_id)
+    trial = ctx.store.get_trial(trial_id)
+    if trial is None:
+        raise NotFoundError(f"no trial {trial_id}")
+    if record.id not in trial.ran_on:
+        raise Forbidden(f"trial {trial_id} was never placed on {agent_id}")
+    return record, trial
 
 
 def heartbeat(
@@ -168,7 +181,9 @@ def heartbeat(
         kind = NoticeKind.INTERRUPTION if request.interruption_notice else NoticeKind.REBALANCE
         on_interruption_notice(ctx, proven_cloud_id, kind)
     for status in request.trials:
-        report_trial_status(ctx, agent_id, proven_cloud_id, status)
+        # A heartbeat lists what runs there; a trial never placed here is only told to stop.
+        with contextlib.suppress(Forbidden, NotFoundError):
+            report_trial_status(ctx, agent_id, proven_cloud_id, status)
     record = _own_record(ctx, agent_id, proven_cloud_id)
     if _settle_unreported(ctx, record, {t.trial_id for t in request.trials}):
         record = _own_record(ctx, agent_id, proven_cloud_id)
@@ -243,16 +258,12 @@ def _orders(ctx: Context, record: Instance, reported: Sequence[TrialStatus]) -> 
 def report_trial_status(
     ctx: Context, agent_id: str, proven_cloud_id: str, status: TrialStatus
 ) -> Trial | None:
-    """Apply what the agent saw happen to a trial. Reports about trials that are no longer
-    this agent's are ignored (the heartbeat reply tells the agent to stop them)."""
+    """Apply what the agent saw happen to a trial placed on it (``placed_here``: Forbidden or
+    NotFoundError otherwise). Reports about trials that have moved on since are ignored (the
+    heartbeat reply tells the agent to stop them)."""
     for _ in range(3):
-        record = _own_record(ctx, agent_id, proven_cloud_id)
-        trial = ctx.store.get_trial(status.trial_id)
-        if (
-            trial is None
-            or trial.placement is None
-            or record.id not in trial.placement.instance_ids
-        ):
+        record, trial = placed_here(ctx, agent_id, proven_cloud_id, status.trial_id)
+        if trial.placement is None or record.id not in trial.placement.instance_ids:
             return None
         new_checkpoint = bool(status.latest_checkpoint) and (
             status.latest_checkpoint != trial.latest_checkpoint
@@ -287,7 +298,7 @@ def report_trial_status(
         return moved
     # Never let the agent take an unapplied report for delivered: it forgets a trial once
     # its end is acknowledged, and the trial would stay RUNNING with nobody reporting it.
-    raise AgentError(503, f"trial {status.trial_id} kept changing; report it again")
+    raise RetryLater(f"trial {status.trial_id} kept changing; report it again")
 
 
 def _apply_status(
@@ -384,12 +395,7 @@ def _user_error(
 def append_logs(
     ctx: Context, agent_id: str, proven_cloud_id: str, trial_id: str, batch: LogBatch
 ) -> int:
-    record = _own_record(ctx, agent_id, proven_cloud_id)
-    trial = ctx.store.get_trial(trial_id)
-    if trial is None:
-        raise AgentError(404, f"no trial {trial_id}")
-    if record.id not in trial.ran_on:
-        raise AgentError(403, f"trial {trial_id} never ran on {agent_id}")
+    placed_here(ctx, agent_id, proven_cloud_id, trial_id)
     ctx.store.append_logs(
         [LogLine(trial_id, line.seq, line.at, line.line, line.stream) for line in batch.lines]
     )

@@ -125,6 +125,11 @@ class SequentialIds:
 
 @dataclass(frozen=True)
 class ServiceSettings:
+    """Fixed timings and limits of the control plane, not configuration: every runtime
+    builds the Context with these defaults, and nothing reads them from the cluster config
+    or the environment (docs/configuration.md, "Fixed timings", lists them). A dataclass so
+    that tests read the values they wait out instead of repeating the numbers."""
+
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     # A QUEUED record whose launch message was sent longer ago than this gets it again
     # (the send may have been lost with the function that wrote the record).
@@ -133,7 +138,18 @@ class ServiceSettings:
     # How long a trial may sit ASSIGNED or STOPPING with no agent moving it on.
     trial_deadlines: TrialDeadlines = field(default_factory=TrialDeadlines)
     dead_man_switch_s: float = 600.0
-    # Where checkpoints go when neither the experiment nor the cluster names a place.
+
+    @property
+    def fence_after_s(self) -> float:
+        """How long an agent out of contact keeps its trials running. The reconciler marks
+        an agent silent for ``heartbeat_timeout_s`` LOST and its trials run elsewhere after
+        that; the agent stops them (checkpoint, then SIGKILL after its 30 s stop grace) early
+        enough that they are gone by then, a partitioned agent included."""
+        stop_grace_s = 30.0
+        margin = 2 * self.heartbeat_interval_s
+        return max(self.reconcile.heartbeat_timeout_s - stop_grace_s - margin, margin)
+
+    # Where checkpoints go when the experiment names no checkpoint_storage.
     default_checkpoint_uri: str = "file:///tmp/corral-checkpoints"
     # Commit size limit (DynamoDB TransactWriteItems takes at most 100 items).
     max_commit: int = 100
