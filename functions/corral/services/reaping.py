@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from corral.domain.errors import ConflictError
-from corral.domain.instance import LIVE_STATES, InstanceState
+from corral.domain.instance import LIVE_STATES, Instance, InstanceState
 from corral.domain.records import Event, EventKind
 from corral.domain.trial import TrialState
 from corral.services.context import Context
@@ -42,7 +42,7 @@ def run_idle_reap(ctx: Context) -> ReapReport:
             fresh_after=fresh_after,
         )
         for decision in plan.drain:
-            drained = decision.instance.transition(InstanceState.DRAINING, now, decision.reason)
+            drained = decision.apply(now)
             if not _move(ctx, drained):
                 continue
             report.drained.append(decision.instance.id)
@@ -53,7 +53,7 @@ def run_idle_reap(ctx: Context) -> ReapReport:
                 ):
                     report.terminated.append(drained.id)
         for decision in plan.undrain:
-            if _move(ctx, decision.instance.transition(InstanceState.IDLE, now, decision.reason)):
+            if _move(ctx, decision.apply(now)):
                 report.undrained.append(decision.instance.id)
         for decision in plan.terminate:
             if terminate(ctx, decision.instance, decision.reason, EventKind.INSTANCE_TERMINATED):
@@ -64,10 +64,7 @@ def run_idle_reap(ctx: Context) -> ReapReport:
     return report
 
 
-def _move(ctx: Context, updated: object) -> bool:
-    from corral.domain.instance import Instance
-
-    assert isinstance(updated, Instance)
+def _move(ctx: Context, updated: Instance) -> bool:
     try:
         ctx.store.commit([updated])
     except ConflictError:

@@ -8,6 +8,7 @@ scanned: only those an owned instance still points at are fetched, by id.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -37,10 +38,17 @@ from corral.services.trial_deadlines import settle_overdue_trials
 
 @dataclass
 class ReconcileReport:
+    # One line per applied decision, for the log: "<DecisionType>:<subject id>".
     applied: list[str] = field(default_factory=list)
+    # Applied decisions per type, for the metrics.
+    counts: Counter[str] = field(default_factory=Counter)
     conflicts: int = 0
     # Trials requeued or cancelled because no agent moved them on in time.
     overdue_trials: list[str] = field(default_factory=list)
+
+    @property
+    def terminations(self) -> int:
+        return self.counts[Terminate.__name__] + self.counts[TerminateCloud.__name__]
 
     def note(self, decision: Decision) -> None:
         subject = getattr(decision, "record", None)
@@ -49,7 +57,9 @@ class ReconcileReport:
             if isinstance(subject, Instance)
             else getattr(decision, "cloud_id", getattr(decision, "request_id", "?"))
         )
-        self.applied.append(f"{type(decision).__name__}:{name}")
+        kind = type(decision).__name__
+        self.counts[kind] += 1
+        self.applied.append(f"{kind}:{name}")
 
 
 def run_reconcile(ctx: Context) -> ReconcileReport:

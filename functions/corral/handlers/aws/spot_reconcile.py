@@ -14,7 +14,6 @@ it neither waits out the retries nor delays the good records of later batches.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import (
@@ -41,7 +40,6 @@ from corral.services.reconciling import run_reconcile
 logger = make_logger("spot_reconcile")
 metrics = make_metrics("spot_reconcile")
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-_TERMINATIONS = ("Terminate", "TerminateCloud")
 _LOGGED_BODY_CHARS = 4096  # EC2 events are well under 1 KB; enough to see what came
 
 
@@ -100,12 +98,11 @@ def _apply(record: SQSRecord) -> str:
 def _reconcile(event: dict[str, Any]) -> dict[str, Any]:
     logger.set_correlation_id(event.get("id"))
     report = run_reconcile(composition.build_context())
-    kinds = Counter(applied.split(":", 1)[0] for applied in report.applied)
     count(
         metrics,
         {
             "ReconcileActions": len(report.applied),
-            "Terminations": sum(kinds[k] for k in _TERMINATIONS),
+            "Terminations": report.terminations,
             "Conflicts": report.conflicts,
         },
     )
