@@ -3,8 +3,9 @@
 Each step: handle a pending SIGTERM, register if not registered, check for an interruption
 notice, advance the trials (reporting each state change at once), flush logs, heartbeat when
 due (applying the start/stop/drain orders of the reply), and check the dead man's switch.
-The control plane being unreachable never touches running trials: they keep running, state
-is reported again once it answers, and only the dead man's switch ends the wait.
+A short outage of the control plane never touches running trials: they keep running and
+state is reported again once it answers. Past ``fence_after_s`` the trials are stopped (the
+control plane runs them elsewhere by then); the dead man's switch ends the wait.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 its own instance down (AWS ParallelCluster does the same after 10 minutes), so a lost control
 plane, a broken network or a revoked identity never leaves GPUs billing forever.
 
-Short outages are harmless: trials keep running and every successful call resets the timer.
+Short outages are harmless: trials keep running (until the agent's fence, see agent.py) and
+every successful call resets the timer.
 """
 
 from __future__ import annotations
