@@ -10,6 +10,7 @@ is lost when an instance disappears under a running trial.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -117,6 +118,11 @@ class Workers:
             if job is not None and agent.cloud_id in job.agents:
                 self._stop_run(job, now, checkpoint)
             agent.running.discard(trial_id)
+            # The real agent reports a run's end the moment it stops (it does not wait for
+            # its next heartbeat): a preempted trial is requeued on that report.
+            stopped = TrialStatus(trial_id=trial_id, state=AgentTrialState.STOPPED)
+            with contextlib.suppress(Refused, ConflictError):
+                agent_service.report_trial_status(self.ctx, agent.agent_id, agent.cloud_id, stopped)
         started = [a.trial_id for a in reply.start]
         for trial_id in started:
             agent.running.add(trial_id)
