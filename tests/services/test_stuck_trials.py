@@ -11,7 +11,7 @@ from corral.services.kill import kill_experiment
 from corral.services.reaping import run_idle_reap
 from corral.services.reconciling import run_reconcile
 
-from .harness import Cluster, Script, make_pool
+from .harness import Cluster, FakeAgent, Script, make_pool
 
 
 def _one_idle_agent(cluster: Cluster) -> str:
@@ -213,3 +213,25 @@ def test_an_agent_draining_of_its_own_accord_gets_no_new_work() -> None:
     trial = cluster.trial(second.trials[0].id)
     assert trial.placement is None or agent_id not in trial.placement.instance_ids
     assert len(cluster.instances()) == 2  # a replacement was launched instead
+
+
+def test_a_registration_that_keeps_losing_races_asks_the_agent_to_retry() -> None:
+    """409 at registration makes an agent shut its instance down: a record that kept
+    changing must answer 'retry later' (503) instead."""
+    import pytest
+
+    from corral.domain.errors import ConflictError, RetryLater
+
+    cluster = Cluster(make_pool(max_idle_s=600.0))
+    cluster.submit(name="one")
+    cluster.pump()
+    cluster.clock.advance(40)
+    (cloud,) = cluster.cloud.list_owned()
+    agent = FakeAgent(cluster, cloud.cloud_id, 1)
+
+    def always_conflict(records: object) -> object:
+        raise ConflictError("lost the race")
+
+    cluster.store.commit = always_conflict  # type: ignore[method-assign,assignment]
+    with pytest.raises(RetryLater):
+        agent.register()

@@ -24,7 +24,7 @@ from corral.domain.errors import (
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.records import Event, EventKind, Heartbeat, LogLine, TrialReport
 from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
-from corral.ports.store import commit_one
+from corral.ports.store import commit_one, retry_on_conflict
 from corral.protocol.agent import (
     AgentTrialState,
     HeartbeatRequest,
@@ -45,8 +45,9 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
     if request.cloud_id != proven_cloud_id:
         raise Forbidden("the identity document is for another instance")
     now = ctx.clock.now()
-    for _ in range(3):
-        record = _record_for(ctx, request)
+
+    def step() -> RegisterResponse:
+        record = _record_for(ctx, request)  # adopting a record may lose a race too
         if record.state in (InstanceState.IDLE, InstanceState.BUSY):
             updated = replace(record, address=request.private_ip or record.address)
         elif record.state in (InstanceState.ALLOCATED, InstanceState.LOST):
@@ -63,10 +64,7 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
             raise ShutDown(f"instance record {record.id} is {record.state.value}: shut down")
         state = ctx.store.pool_state(record.pool)
         fresh = on_registration(state)
-        try:
-            ctx.store.commit([updated] if fresh is state else [updated, fresh])
-        except ConflictError:
-            continue
+        ctx.store.commit([updated] if fresh is state else [updated, fresh])
         if updated.state is not record.state:
             ctx.store.append_events(
                 [
@@ -86,7 +84,12 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
             dead_man_switch_s=ctx.settings.dead_man_switch_s,
             fence_after_s=ctx.settings.fence_after_s,
         )
-    raise ConflictError(f"the record of {request.cloud_id} kept changing; retry")
+
+    try:
+        return retry_on_conflict(step)
+    except ConflictError as exc:
+        # 503, not 409: an agent told 409 at registration shuts its instance down.
+        raise RetryLater(f"the record of {request.cloud_id} kept changing; retry") from exc
 
 
 def _record_for(ctx: Context, request: RegisterRequest) -> Instance:
@@ -261,7 +264,8 @@ def report_trial_status(
     """Apply what the agent saw happen to a trial placed on it (``placed_here``: Forbidden or
     NotFoundError otherwise). Reports about trials that have moved on since are ignored (the
     heartbeat reply tells the agent to stop them)."""
-    for _ in range(3):
+
+    def step() -> Trial | None:
         record, trial = placed_here(ctx, agent_id, proven_cloud_id, status.trial_id)
         if trial.placement is None or record.id not in trial.placement.instance_ids:
             return None
@@ -273,10 +277,7 @@ def report_trial_status(
         records = _apply_status(ctx, trial, status, record, new_checkpoint)
         if not records:
             return trial
-        try:
-            stored = ctx.store.commit(records)
-        except ConflictError:
-            continue
+        stored = ctx.store.commit(records)
         moved = next(r for r in stored if isinstance(r, Trial))
         if moved.state is trial.state:
             return moved  # a new checkpoint, not a transition: the event log records those
@@ -296,9 +297,14 @@ def report_trial_status(
             ]
         )
         return moved
-    # Never let the agent take an unapplied report for delivered: it forgets a trial once
-    # its end is acknowledged, and the trial would stay RUNNING with nobody reporting it.
-    raise RetryLater(f"trial {status.trial_id} kept changing; report it again")
+
+    try:
+        return retry_on_conflict(step)
+    except ConflictError as exc:
+        # Never let the agent take an unapplied report for delivered: it forgets a trial
+        # once its end is acknowledged, and the trial would stay RUNNING with nobody
+        # reporting it.
+        raise RetryLater(f"trial {status.trial_id} kept changing; report it again") from exc
 
 
 def _apply_status(
