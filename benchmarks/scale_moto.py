@@ -43,16 +43,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-MOTO_ENV = {
-    "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-    "POWERTOOLS_METRICS_NAMESPACE": "Corral",
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tests.*
+from tests.moto_env import ACCOUNT, GPU_POOL_YAML_HEAD, HANDLER_ENV, REGION
+
+MOTO_ENV = HANDLER_ENV | {
     "POWERTOOLS_LOG_LEVEL": "WARNING",  # the handlers log every id they touched
 }
 os.environ.pop("AWS_ENDPOINT_URL", None)
@@ -70,7 +67,6 @@ from corral.domain.trial import Placement, Trial, TrialState, new_trial  # noqa:
 from corral.handlers.aws import composition, schedule, spot_reconcile  # noqa: E402
 from corral.services.context import Context  # noqa: E402
 
-REGION = "us-east-1"
 PREFIX = "corral-bench-"
 TAG_KEY, TAG_VALUE = "managed-by", "corral-bench"
 POOL = "gpu"
@@ -79,14 +75,9 @@ IDLE_SHARE = 0.10  # agents with nothing to run; the rest are BUSY
 HEADROOM = 0.10  # max_instances above the fleet that exists
 TRIALS_PER_EXPERIMENT = 1000
 EC2_BATCH = 100
-CLUSTER_YAML = """\
-default_resource_pool: gpu
-resource_pools:
-  - name: gpu
-    provider:
-      type: aws
-      region: us-east-1
-      image_id: {image}
+CLUSTER_YAML = (
+    GPU_POOL_YAML_HEAD
+    + """\
       instance_type: {instance_type}
       spot: false
       network_interface:
@@ -97,6 +88,7 @@ resource_pools:
       max_idle_agent_period: 10m
       max_agent_starting_period: 10m
 """
+)
 
 
 # ---- moto's transactions, without their quadratic cost ------------------------------------
@@ -474,10 +466,10 @@ def _timer_event() -> dict[str, Any]:
         "id": "bench-timer",
         "detail-type": "Scheduled Event",
         "source": "aws.events",
-        "account": "123456789012",
+        "account": ACCOUNT,
         "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "region": REGION,
-        "resources": [f"arn:aws:events:{REGION}:123456789012:rule/corral-bench"],
+        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/corral-bench"],
         "detail": {},
     }
 
@@ -486,7 +478,7 @@ def _timer_event() -> dict[str, Any]:
 class _LambdaContext:
     function_name: str = "corral-bench"
     memory_limit_in_mb: int = 1024
-    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:123456789012:function:corral-bench"
+    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:corral-bench"
     aws_request_id: str = "bench"
 
     def get_remaining_time_in_millis(self) -> int:

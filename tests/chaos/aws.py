@@ -32,8 +32,8 @@ from corral.adapters.memory import FakeClock
 from corral.handlers.aws import api, composition
 from corral.ports.queue import QueueName
 from corral.services.context import Context, SequentialIds
+from tests.moto_env import GPU_POOL_YAML_HEAD, HANDLER_ENV, REGION
 
-REGION = "us-east-1"
 PREFIX = "corral-chaos-"
 TAG_KEY, TAG_VALUE = "managed-by", "corral-chaos"
 POOL = "gpu"
@@ -47,14 +47,9 @@ EC2_ERRORS = (
     "Unsupported",
 )
 
-CLUSTER_YAML = """\
-default_resource_pool: gpu
-resource_pools:
-  - name: gpu
-    provider:
-      type: aws
-      region: us-east-1
-      image_id: {image}
+CLUSTER_YAML = (
+    GPU_POOL_YAML_HEAD
+    + """\
       instance_type: [g5.xlarge, g5.12xlarge]
       spot: true
       on_demand_fallback: true
@@ -69,15 +64,9 @@ resource_pools:
       launch_error_retries: 3
       capacity_memory_period: 3m
 """
+)
 
-ENV = {
-    "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
-    "POWERTOOLS_METRICS_NAMESPACE": "Corral",
+ENV = HANDLER_ENV | {
     "POWERTOOLS_METRICS_DISABLED": "true",
     "POWERTOOLS_DEV": "false",
     "POWERTOOLS_LOG_LEVEL": "CRITICAL",

@@ -20,9 +20,10 @@ from corral.ports.queue import QueueName
 from tests.chaos.agent_host import Machine, start_agent
 from tests.chaos.aws import TAG_KEY, TAG_VALUE, World
 from tests.chaos.config import SoakConfig
-from tests.chaos.lambdas import SPOT_WARNING, STATE_CHANGE, Gateway, ec2_event
+from tests.chaos.lambdas import Gateway, ec2_event
 from tests.chaos.mailbox import Mailbox
 from tests.chaos.trials import Ledger
+from tests.lambda_events import SPOT_WARNING, STATE_CHANGE
 
 LIVE = ("pending", "running")
 NOTICE_S = 120.0

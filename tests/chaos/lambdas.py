@@ -4,31 +4,22 @@ events EventBridge routes to the interruptions queue, and API Gateway HTTP API c
 from __future__ import annotations
 
 import json
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from corral.adapters.memory import FakeClock
 from corral.api.http_events import http_event, http_reply
 from corral.handlers.aws import api
-from tests.chaos.aws import REGION
+from tests import lambda_events
 from tests.chaos.ports import Crashes, SimulatedCrash
-
-ACCOUNT = "123456789012"
-SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
-STATE_CHANGE = "EC2 Instance State-change Notification"
+from tests.lambda_events import LambdaContext, function_arn
 
 
 @dataclass
-class FakeLambdaContext:
+class FakeLambdaContext(LambdaContext):
     function_name: str = "corral-chaos"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:corral-chaos"
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
+    invoked_function_arn: str = function_arn("corral-chaos")
 
 
 def _iso(t: float) -> str:
@@ -36,31 +27,11 @@ def _iso(t: float) -> str:
 
 
 def scheduled_event(rule: str, now: float) -> dict[str, Any]:
-    return {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "account": ACCOUNT,
-        "time": _iso(now),
-        "region": REGION,
-        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule}"],
-        "detail": {},
-    }
+    return lambda_events.scheduled_event(rule, _iso(now))
 
 
 def ec2_event(detail_type: str, instance_id: str, now: float, **detail: str) -> dict[str, Any]:
-    return {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": detail_type,
-        "source": "aws.ec2",
-        "account": ACCOUNT,
-        "time": _iso(now),
-        "region": REGION,
-        "resources": [f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{instance_id}"],
-        "detail": {"instance-id": instance_id, **detail},
-    }
+    return lambda_events.ec2_event(detail_type, instance_id, _iso(now), **detail)
 
 
 class Unreachable(Exception):

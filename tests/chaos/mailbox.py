@@ -10,7 +10,6 @@ every failure was an injected crash are "explained"; any other is a finding.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import traceback
@@ -21,10 +20,11 @@ from typing import Any
 
 from corral.adapters.aws.sqs_queue import encode_body
 from corral.adapters.memory import FakeClock
-from corral.ports.commands import CommandKind
 from corral.ports.queue import Message, QueueName
-from tests.chaos.aws import REGION, World
+from tests.chaos.aws import World
 from tests.chaos.ports import Crashes, SimulatedCrash
+from tests.lambda_events import sqs_record
+from tests.moto_env import ACCOUNT, REGION
 
 VISIBILITY_S = {
     QueueName.SCHEDULE: 360.0,
@@ -157,33 +157,16 @@ class Mailbox:
         self.held[queue].append(d)
 
     def _record(self, queue: QueueName, d: Delivery) -> dict[str, Any]:
-        url = self.world.queue_urls[queue]
-        name = url.rsplit("/", 1)[-1]
-        arn = f"arn:aws:sqs:{REGION}:123456789012:{name}"
-        sent = str(int(self.clock.now() * 1000))
-        attributes = {
-            "ApproximateReceiveCount": str(d.receives),
-            "SentTimestamp": sent,
-            "SenderId": "AIDAEXAMPLE",
-            "ApproximateFirstReceiveTimestamp": sent,
-        }
-        if name.endswith(".fifo"):
-            attributes |= {
-                "MessageGroupId": CommandKind.SCHEDULE.value,  # the only FIFO queue's kind
-                "MessageDeduplicationId": d.message_id,
-                "SequenceNumber": str(self._ids),
-            }
-        return {
-            "messageId": d.message_id,
-            "receiptHandle": f"rh-{d.message_id}-{d.receives}",
-            "body": d.body,
-            "attributes": attributes,
-            "messageAttributes": {},
-            "md5OfBody": hashlib.md5(d.body.encode()).hexdigest(),
-            "eventSource": "aws:sqs",
-            "eventSourceARN": arn,
-            "awsRegion": REGION,
-        }
+        name = self.world.queue_urls[queue].rsplit("/", 1)[-1]
+        return sqs_record(
+            f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}",
+            d.body,
+            d.message_id,
+            sent_ms=str(int(self.clock.now() * 1000)),
+            receive_count=d.receives,
+            receipt_handle=f"rh-{d.message_id}-{d.receives}",
+            sequence_number=str(self._ids),
+        )
 
     def pending(self) -> int:
         return sum(len(v) for v in self.held.values())

@@ -54,6 +54,7 @@ from tests.contract.queue_harness import (
     memory_queue_as_pubsub,
     sqs_on_moto,
 )
+from tests.moto_env import MOTO_ENV
 
 # ---- stores -------------------------------------------------------------------------------
 
@@ -142,13 +143,6 @@ def simulated_cloud() -> Iterator[CloudHarness]:
     )
 
 
-MOTO_ENV = {
-    "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 EC2_OWNERSHIP = ("managed-by", "corral-contract")
 # The contract cases launch into these pools; the provider only launches for pools it knows.
 EC2_POOLS = ("gpu", "pool-a", "pool-b")

@@ -23,14 +23,8 @@ from unittest import mock
 import pytest
 
 from corral.ports.store import Store
+from tests.moto_env import MOTO_ENV
 
-MOTO_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
-}
 _client: list[Any] = []  # one client for every store (see the module docstring)
 _moto_lock = threading.RLock()
 

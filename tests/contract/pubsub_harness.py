@@ -2,9 +2,9 @@
 
 One emulator per test session (``gcloud beta emulators pubsub start`` on a free loopback
 port, ready in 1-2 s), started in the background when the session has pubsub cases
-(``prestart``), stopped at the end by the Java process's own PID (as for Firestore; see
-firestore_harness.py). Each harness gets a fresh emulator project with one topic per
-QueueName and one pull subscription per topic. Skips, with the reason, when ``gcloud``, Java,
+(``prestart``), stopped at the end by the Java process's own PID (google_emulator.py). Each
+harness gets a fresh emulator project with one topic per QueueName and one pull subscription
+per topic. Skips, with the reason, when ``gcloud``, Java,
 the emulator component or ``google-cloud-pubsub`` is missing.
 
 The consumer side plays the push subscription and the handler, with a virtual clock:
@@ -19,133 +19,41 @@ The consumer side plays the push subscription and the handler, with a virtual cl
 
 from __future__ import annotations
 
-import atexit
 import base64
-import contextlib
 import itertools
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
-import urllib.error
-import urllib.request
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import pytest
-
 from corral.adapters.memory import FakeClock
 from corral.ports.queue import QueueName
-from tests.contract.firestore_harness import _descendants, _free_port, _is_java
+from tests.contract.google_emulator import EmulatorSession, GoogleEmulator, missing_prerequisite
 from tests.contract.queue_harness import Got, QueueHarness
 
-READY_TIMEOUT_S = 30.0
 _projects = itertools.count(1)
 
 
-class PubSubEmulator:
+class PubSubEmulator(GoogleEmulator):
     def __init__(self) -> None:
-        self.host = f"127.0.0.1:{_free_port()}"
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
-        self._wrapper = subprocess.Popen(
-            ["gcloud", "beta", "emulators", "pubsub", "start", f"--host-port={self.host}", "-q"],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        self.java_pids: list[int] = []
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self._wrapper.poll() is not None:
-                raise RuntimeError(f"the Pub/Sub emulator exited early:\n{self._output()}")
-            try:
-                with urllib.request.urlopen(f"http://{self.host}/", timeout=1) as reply:
-                    if reply.status == 200:
-                        self.java_pids = [p for p in _descendants(self._wrapper.pid) if _is_java(p)]
-                        return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.1)  # waiting for a subprocess to boot, not for test time
-        self.stop()
-        raise RuntimeError(f"the Pub/Sub emulator was not ready in time:\n{self._output()}")
-
-    def _output(self) -> str:
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")[-2000:]
-
-    def stop(self) -> None:
-        pids = self.java_pids or [p for p in _descendants(self._wrapper.pid) if _is_java(p)]
-        for pid in pids:  # Java by its own PID: killing the wrapper would leave it running
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        try:
-            self._wrapper.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            self._wrapper.kill()
-            self._wrapper.wait(timeout=5)
-        self._log.close()
+        super().__init__("Pub/Sub", ["beta", "emulators", "pubsub", "start"])
 
 
-_running: list[PubSubEmulator] = []
-_starting: list[PubSubEmulator] = []
 _clients: list[tuple[Any, Any]] = []
 
 
 def _missing_prerequisite() -> str | None:
-    gcloud = shutil.which("gcloud")
-    if gcloud is None:
-        return "gcloud is not installed (Google's Pub/Sub emulator comes with it)"
-    if shutil.which("java") is None:
-        return "Java is not installed (the Pub/Sub emulator needs a JRE)"
-    sdk = Path(os.path.realpath(gcloud)).parents[1]
-    if not (sdk / "platform" / "pubsub-emulator").is_dir():
-        return f"the gcloud component pubsub-emulator is not installed under {sdk}"
-    try:
-        import google.cloud.pubsub_v1  # noqa: F401
-    except ImportError:
-        return "google-cloud-pubsub is not installed (pip install 'corral[gcp]')"
-    return None
+    return missing_prerequisite(
+        "Pub/Sub", "google.cloud.pubsub_v1", "google-cloud-pubsub", component="pubsub-emulator"
+    )
 
 
-def prestart() -> None:
-    if not _running and not _starting and _missing_prerequisite() is None:
-        started = PubSubEmulator()
-        atexit.register(started.stop)
-        _starting.append(started)
-
-
-def emulator() -> PubSubEmulator:
-    if not _running:
-        reason = _missing_prerequisite()
-        if reason is not None:
-            pytest.skip(reason)
-        started = _starting.pop() if _starting else PubSubEmulator()
-        atexit.unregister(started.stop)
-        atexit.register(started.stop)
-        try:
-            started.wait_ready()
-        except RuntimeError as error:
-            pytest.skip(f"the Pub/Sub emulator did not start: {error}")
-        _running.append(started)
-    return _running[0]
-
-
-def stop_emulator() -> None:
-    while _running or _starting:
-        running = (_running or _starting).pop()
-        atexit.unregister(running.stop)
-        running.stop()
-    _clients.clear()
+_session = EmulatorSession("Pub/Sub", PubSubEmulator, _missing_prerequisite, on_stop=_clients.clear)
+prestart = _session.prestart
+emulator = _session.emulator
+stop_emulator = _session.stop
 
 
 def clients() -> tuple[Any, Any]:

@@ -9,92 +9,22 @@ no process is left behind. Every wait is a bounded poll.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
-from corral.local.proctree import stop_tree
-from corral.local.state import StateDir, pid_alive
+from corral.local.state import StateDir
+from tests.e2e.local_stack import (
+    assert_down_leaves_nothing_behind,
+    corral,
+    corral_json,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
-
-
-def corral(state_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CORRAL_DEV_DIR": str(state_dir), "COLUMNS": "200"}
-    env.pop("CORRAL_ENDPOINT", None)
-    return subprocess.run(
-        [sys.executable, "-m", "corral.cli.main", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def corral_json(state_dir: Path, *args: str) -> Any:
-    done = corral(state_dir, *args, "--json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, poll: float = 1.0) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline and int(entry.name) != os.getpid():
-            found.append(int(entry.name))
-    return [p for p in found if pid_alive(p)]
-
-
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Path]:
-    state_dir = tmp_path / "dev"
-    up = corral(
-        state_dir,
-        "dev",
-        "up",
-        "--detach",
-        "--timer-scale",
-        "0.25",
-        "--boot-delay",
-        "1",
-        timeout=120,
-    )
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
-        yield state_dir
-    finally:
-        pid = StateDir(state_dir).running_pid()
-        if pid is not None:
-            corral(state_dir, "dev", "down")
-            if pid_alive(pid):  # the CLI itself failed: stop the stack (and its tree) directly
-                stop_tree(pid, grace_s=10.0)
 
 
 def owned_instances(state_dir: Path) -> list[dict[str, Any]]:
@@ -176,10 +106,4 @@ def test_grid_survives_a_spot_interruption_and_scales_back_to_zero(stack: Path) 
     )
 
     # Down leaves nothing behind.
-    children = corral_json(state_dir, "dev", "status")["children"]
-    stack_pid = StateDir(state_dir).running_pid()
-    down = corral(state_dir, "dev", "down")
-    assert down.returncode == 0, down.stderr
-    assert stack_pid is not None and not pid_alive(stack_pid)
-    assert not [p for p in children if pid_alive(p)]
-    assert not processes_mentioning(str(state_dir))
+    assert_down_leaves_nothing_behind(state_dir)

@@ -7,46 +7,17 @@ once and complete, and ``--follow`` must say why the trial waits while it waits.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from corral.local.proctree import stop_tree
-from corral.local.state import StateDir, pid_alive
-
-from .test_local_stack import corral, corral_json, processes_mentioning
+from tests.e2e.local_stack import assert_down_leaves_nothing_behind, corral, corral_json
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def gang_stack(tmp_path: Path) -> Iterator[Path]:
-    state_dir = tmp_path / "dev"
-    up = corral(
-        state_dir,
-        "dev",
-        "up",
-        "--detach",
-        "--timer-scale",
-        "0.25",
-        "--boot-delay",
-        "1",
-        timeout=120,
-    )
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
-        yield state_dir
-    finally:
-        pid = StateDir(state_dir).running_pid()
-        if pid is not None:
-            corral(state_dir, "dev", "down")
-            if pid_alive(pid):  # the CLI itself failed: stop the stack (and its tree) directly
-                stop_tree(pid, grace_s=10.0)
-
-
-def test_the_distributed_example_runs_on_two_four_gpu_agents(gang_stack: Path) -> None:
-    state_dir = gang_stack
+def test_the_distributed_example_runs_on_two_four_gpu_agents(stack: Path) -> None:
+    state_dir = stack
     # --follow exits 0 only when every trial completed; a trial that never starts would
     # keep it waiting until the timeout.
     followed = corral(
@@ -70,10 +41,4 @@ def test_the_distributed_example_runs_on_two_four_gpu_agents(gang_stack: Path) -
     assert pool["cannot_serve"] is None
 
     # Down leaves nothing behind.
-    children = corral_json(state_dir, "dev", "status")["children"]
-    stack_pid = StateDir(state_dir).running_pid()
-    down = corral(state_dir, "dev", "down")
-    assert down.returncode == 0, down.stderr
-    assert stack_pid is not None and not pid_alive(stack_pid)
-    assert not [p for p in children if pid_alive(p)]
-    assert not processes_mentioning(str(state_dir))
+    assert_down_leaves_nothing_behind(state_dir)

@@ -15,7 +15,6 @@ inspect moto with, so a test can hook exactly the calls the handlers make
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
@@ -33,28 +32,23 @@ from corral.adapters.memory import FakeClock
 from corral.domain.config import ExperimentConfig
 from corral.domain.instance import Instance
 from corral.handlers.aws import composition
-from corral.ports.commands import CommandKind
 from corral.ports.queue import QueueName
 from corral.protocol.agent import GpuInfo, Identity, IdentityKind, RegisterRequest
 from corral.services import agents
 from corral.services.context import Context
 from corral.services.submit import Submitted, submit_experiment
+from tests import lambda_events
+from tests.lambda_events import SPOT_WARNING, LambdaContext, ec2_event, function_arn
+from tests.moto_env import GPU_POOL_YAML_HEAD, HANDLER_ENV, REGION, use_moto_env
 
-REGION = "us-east-1"
-ACCOUNT = "123456789012"
 PREFIX = "corral-ft-"
 TAG_KEY, TAG_VALUE = "managed-by", "corral-functional"
 POOL = "gpu"
 MAX_IDLE_S = 60.0
 
-CLUSTER_YAML = """\
-default_resource_pool: gpu
-resource_pools:
-  - name: gpu
-    provider:
-      type: aws
-      region: us-east-1
-      image_id: {image}
+CLUSTER_YAML = (
+    GPU_POOL_YAML_HEAD
+    + """\
       instance_type: g5.xlarge
       spot: false
       network_interface:
@@ -65,86 +59,31 @@ resource_pools:
       max_idle_agent_period: 60s
       max_agent_starting_period: 5m
 """
+)
 
-MOTO_ENV = {
-    "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
-    "POWERTOOLS_METRICS_NAMESPACE": "Corral",
-}
+MOTO_ENV = HANDLER_ENV
+EVENT_TIME = "2025-01-01T00:00:00Z"
 
 
 @dataclass
-class FakeLambdaContext:
-    """What Powertools reads from Lambda's context object."""
-
+class FakeLambdaContext(LambdaContext):
     function_name: str = "corral-functional"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:corral-functional"
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
+    invoked_function_arn: str = function_arn("corral-functional")
 
 
 def sqs_record(queue_arn: str, body: str, message_id: str | None = None) -> dict[str, Any]:
     """One record of a Lambda SQS event, as the event source mapping delivers it."""
-    message_id = message_id or str(uuid.uuid4())
-    now_ms = str(int(time.time() * 1000))
-    attributes = {
-        "ApproximateReceiveCount": "1",
-        "SentTimestamp": now_ms,
-        "SenderId": "AIDAEXAMPLE",
-        "ApproximateFirstReceiveTimestamp": now_ms,
-    }
-    if queue_arn.endswith(".fifo"):
-        attributes |= {
-            "MessageGroupId": CommandKind.SCHEDULE.value,  # the only FIFO queue's kind
-            "MessageDeduplicationId": message_id,
-            "SequenceNumber": "1",
-        }
-    return {
-        "messageId": message_id,
-        "receiptHandle": f"rh-{message_id}",
-        "body": body,
-        "attributes": attributes,
-        "messageAttributes": {},
-        "md5OfBody": hashlib.md5(body.encode()).hexdigest(),
-        "eventSource": "aws:sqs",
-        "eventSourceARN": queue_arn,
-        "awsRegion": REGION,
-    }
+    return lambda_events.sqs_record(
+        queue_arn, body, message_id or str(uuid.uuid4()), sent_ms=str(int(time.time() * 1000))
+    )
 
 
 def scheduled_event(rule: str = "corral-timer") -> dict[str, Any]:
-    return {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "account": ACCOUNT,
-        "time": "2025-01-01T00:00:00Z",
-        "region": REGION,
-        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule}"],
-        "detail": {},
-    }
+    return lambda_events.scheduled_event(rule, EVENT_TIME)
 
 
 def spot_warning(instance_id: str) -> dict[str, Any]:
-    return {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": "EC2 Spot Instance Interruption Warning",
-        "source": "aws.ec2",
-        "account": ACCOUNT,
-        "time": "2025-01-01T00:00:00Z",
-        "region": REGION,
-        "resources": [f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{instance_id}"],
-        "detail": {"instance-id": instance_id, "instance-action": "terminate"},
-    }
+    return ec2_event(SPOT_WARNING, instance_id, EVENT_TIME, **{"instance-action": "terminate"})
 
 
 class _Refused:
@@ -298,9 +237,7 @@ class Corral:
 
 @pytest.fixture
 def corral(monkeypatch: pytest.MonkeyPatch) -> Iterator[Corral]:
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    for key, value in MOTO_ENV.items():
-        monkeypatch.setenv(key, value)
+    use_moto_env(monkeypatch, MOTO_ENV)
     with mock_aws():
         ec2 = boto3.client("ec2", region_name=REGION)
         sqs = boto3.client("sqs", region_name=REGION)

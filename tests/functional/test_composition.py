@@ -13,6 +13,7 @@ from corral.adapters.aws.ec2_provider import Ec2Provider
 from corral.adapters.aws.sqs_queue import SqsQueue
 from corral.handlers.aws import composition
 from tests.functional.conftest import MOTO_ENV
+from tests.moto_env import use_moto_env
 
 YAML = """\
 resource_pools:
@@ -31,9 +32,7 @@ resource_pools:
 
 @pytest.fixture
 def moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    for key, value in MOTO_ENV.items():
-        monkeypatch.setenv(key, value)
+    use_moto_env(monkeypatch, MOTO_ENV)
     with mock_aws():
         yield
 

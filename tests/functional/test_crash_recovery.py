@@ -19,10 +19,8 @@ from corral.handlers.aws import idle_reap, scale_up, schedule, spot_reconcile
 from corral.ports.queue import QueueName
 from corral.services.kill import kill_experiment
 from tests.functional.conftest import (
-    ACCOUNT,
     MAX_IDLE_S,
     POOL,
-    REGION,
     TAG_KEY,
     TAG_VALUE,
     Corral,
@@ -31,6 +29,7 @@ from tests.functional.conftest import (
     spot_warning,
     sqs_record,
 )
+from tests.moto_env import ACCOUNT, REGION
 
 
 class FunctionDied(Exception):

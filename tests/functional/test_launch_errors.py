@@ -31,15 +31,11 @@ from tests.functional.conftest import (
     scheduled_event,
     sqs_record,
 )
+from tests.moto_env import GPU_POOL_YAML_HEAD
 
-SPOT_POOL_YAML = """\
-default_resource_pool: gpu
-resource_pools:
-  - name: gpu
-    provider:
-      type: aws
-      region: us-east-1
-      image_id: {image}
+SPOT_POOL_YAML = (
+    GPU_POOL_YAML_HEAD
+    + """\
       instance_type: g5.xlarge
       spot: true
       on_demand_fallback: true
@@ -52,6 +48,7 @@ resource_pools:
       max_idle_agent_period: 60s
       max_agent_starting_period: 5m
 """
+)
 
 
 class _Ceiling(random.Random):

@@ -4,40 +4,16 @@ served through the local stack's HTTP shim on loopback (tokens as in the local s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from corral.api.app import build_resolver
-from corral.api.auth import TokenAuthenticator
 from corral.cli.main import app
-from corral.local.http_shim import HttpShim
-from corral.local.lambda_host import LambdaContext
 from tests.services.harness import Cluster
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-TOKEN = "user-token"
-
-
-@pytest.fixture
-def api(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[str, Cluster]]:
-    cluster = Cluster()
-    resolver = build_resolver(lambda: cluster.ctx, TokenAuthenticator({TOKEN: "me"}, b"s"))
-
-    def invoke(event: dict[str, Any]) -> Any:
-        return resolver.resolve(event, LambdaContext("ApiFunction", 20, "us-east-1"))
-
-    shim = HttpShim(invoke, route_key="ANY /{proxy+}")
-    shim.start()
-    monkeypatch.setenv("CORRAL_DEV_DIR", str(tmp_path / "dev"))  # no local stack files
-    monkeypatch.setenv("CORRAL_TOKEN", TOKEN)
-    monkeypatch.setenv("CORRAL_ENDPOINT", shim.url)
-    monkeypatch.setenv("COLUMNS", "200")
-    yield shim.url, cluster
-    shim.stop()
 
 
 def cli(*args: str) -> Any:

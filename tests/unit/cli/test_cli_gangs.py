@@ -5,7 +5,6 @@ pending reason once, and ``pool list`` says when a pool cannot serve its queue."
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,41 +12,33 @@ import pytest
 from typer.testing import CliRunner
 
 from corral.adapters.memory import SimulatedCloudConfig
-from corral.api.app import build_resolver
-from corral.api.auth import TokenAuthenticator
 from corral.cli import experiment_cmd
 from corral.cli.main import app
 from corral.domain.offerings import CapacityType, Offering
-from corral.local.http_shim import HttpShim
-from corral.local.lambda_host import LambdaContext
 from tests.services.harness import Cluster, Script, make_pool
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-TOKEN = "user-token"
 SMALL = Offering("g5.xlarge", "us-east-1", CapacityType.SPOT, 1, 0.4)
 BIG = Offering("g5.12xlarge", "us-east-1", CapacityType.SPOT, 4, 2.25)
 
 
 @pytest.fixture
-def api(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cluster]:
+def cluster() -> Cluster:
     # Instances boot for longer than the one-minute schedule timer: a pass sees them boot.
-    cluster = Cluster(
+    return Cluster(
         make_pool(SMALL, BIG, name="default", max_instances=4),
         cloud=SimulatedCloudConfig(boot_s_mean=150.0),
     )
-    resolver = build_resolver(lambda: cluster.ctx, TokenAuthenticator({TOKEN: "me"}, b"s"))
 
-    def invoke(event: dict[str, Any]) -> Any:
-        return resolver.resolve(event, LambdaContext("ApiFunction", 20, "us-east-1"))
 
-    shim = HttpShim(invoke, route_key="ANY /{proxy+}")
-    shim.start()
-    monkeypatch.setenv("CORRAL_DEV_DIR", str(tmp_path / "dev"))  # no local stack files
-    monkeypatch.setenv("CORRAL_TOKEN", TOKEN)
-    monkeypatch.setenv("CORRAL_ENDPOINT", shim.url)
+@pytest.fixture(autouse=True)
+def _follow_in_fake_time(
+    api: tuple[str, Cluster], cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI against the API over ``cluster``, on a wider terminal. --follow polls every
+    2 s: let the fake clock run instead of sleeping (for at most an hour of it: a trial that
+    never starts must fail the test, not hang it)."""
     monkeypatch.setenv("COLUMNS", "250")
-    # --follow polls every 2 s: let the fake clock run instead of sleeping (for at most an
-    # hour of it: a trial that never starts must fail the test, not hang it).
     started = cluster.clock.now()
 
     def sleep(_: float) -> None:
@@ -56,16 +47,14 @@ def api(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cluster]:
         cluster.step(5.0)
 
     monkeypatch.setattr(experiment_cmd.time, "sleep", sleep)
-    yield cluster
-    shim.stop()
 
 
 def cli(*args: str) -> Any:
     return CliRunner().invoke(app, list(args))
 
 
-def test_follow_prints_each_change_of_the_pending_reason_once(api: Cluster) -> None:
-    api.default_script = Script(duration_s=30)
+def test_follow_prints_each_change_of_the_pending_reason_once(cluster: Cluster) -> None:
+    cluster.default_script = Script(duration_s=30)
     result = cli("experiment", "create", str(EXAMPLES / "distributed.yaml"), "--follow")
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if ".t0000: " in line]
@@ -79,17 +68,17 @@ def test_follow_prints_each_change_of_the_pending_reason_once(api: Cluster) -> N
     assert lines[-1].endswith("COMPLETED")
 
 
-def test_pool_list_shows_a_pool_that_cannot_serve_its_queue(api: Cluster) -> None:
-    api.default_script = Script(duration_s=3600)
+def test_pool_list_shows_a_pool_that_cannot_serve_its_queue(cluster: Cluster) -> None:
+    cluster.default_script = Script(duration_s=3600)
     grid = cli("experiment", "create", str(EXAMPLES / "grid.yaml"))  # four 1-GPU trials
     assert grid.exit_code == 0, grid.output
-    api.pump()
-    api.run(60)
+    cluster.pump()
+    cluster.run(60)
     calm = json.loads(cli("pool", "list", "--json").output)["pools"][0]
     assert calm["cannot_serve"] is None and calm["trials_unserved"] == 0
 
     cli("experiment", "create", str(EXAMPLES / "distributed.yaml"))
-    api.pump()
+    cluster.pump()
     (pool,) = json.loads(cli("pool", "list", "--json").output)["pools"]
     assert pool["trials_unserved"] == 1
     assert pool["cannot_serve"].startswith(

@@ -6,43 +6,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from corral.api.app import build_resolver
-from corral.api.auth import TokenAuthenticator
 from corral.cli.main import app
 from corral.domain.trial import TrialState
-from corral.local.http_shim import HttpShim
-from corral.local.lambda_host import LambdaContext
 from corral.protocol.agent import AgentTrialState, LogBatch, LogLineIn, TrialStatus
 from corral.services import agents as agent_service
 from corral.services.kill import kill_experiment
 from tests.services.harness import Cluster, Script
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-TOKEN = "user-token"
 
 
-@pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster()
-    resolver = build_resolver(lambda: cluster.ctx, TokenAuthenticator({TOKEN: "me"}, b"s"))
-
-    def invoke(event: dict[str, Any]) -> Any:
-        return resolver.resolve(event, LambdaContext("ApiFunction", 20, "us-east-1"))
-
-    shim = HttpShim(invoke, route_key="ANY /{proxy+}")
-    shim.start()
-    monkeypatch.setenv("CORRAL_DEV_DIR", str(tmp_path / "dev"))
-    monkeypatch.setenv("CORRAL_TOKEN", TOKEN)
-    monkeypatch.setenv("CORRAL_ENDPOINT", shim.url)
-    yield cluster
-    shim.stop()
+pytestmark = pytest.mark.usefixtures("api")  # the CLI against the API over ``cluster``
 
 
 class Agent:

@@ -16,6 +16,7 @@ from corral.local.lambda_host import FunctionHost
 from corral.local.pollers import QueuePoller, failed_ids
 from corral.local.resources import FunctionSpec, QueueSource, TimerSource
 from corral.local.timers import Timer
+from tests.moto_env import use_moto_env
 
 SPEC = FunctionSpec("Fn", "pkg.mod.handler", {}, 10)
 
@@ -44,13 +45,7 @@ def sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, str]]:
     import boto3
     from moto import mock_aws
 
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    use_moto_env(monkeypatch)
     with mock_aws():
         client = boto3.client("sqs", region_name="us-east-1")
         url = client.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "0"})["QueueUrl"]

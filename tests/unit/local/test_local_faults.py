@@ -9,6 +9,7 @@ import pytest
 from corral.local import faults
 from corral.local.faults import FaultError, OfferingMatch
 from corral.local.state import StateDir
+from tests.moto_env import use_moto_env
 
 SPOT = {"InstanceType": "g5.xlarge", "InstanceMarketOptions": {"MarketType": "spot"}}
 
@@ -33,13 +34,7 @@ def test_capacity_hook_refuses_only_the_marked_offering(
     from botocore.exceptions import ClientError
     from moto import mock_aws
 
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    use_moto_env(monkeypatch)
     state = StateDir(tmp_path)
     assert faults.set_unavailable(state, "g5.xlarge:spot") == "g5.xlarge|*|spot"
     with mock_aws():

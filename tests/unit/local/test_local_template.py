@@ -11,6 +11,7 @@ import pytest
 
 from corral.local.resources import LocalResources, create_from_template
 from corral.local.template import Resolver, load_template, rate_seconds
+from tests.moto_env import use_moto_env
 
 ROOT = Path(__file__).resolve().parents[3]
 TEMPLATE = ROOT / "infra" / "template.yaml"
@@ -51,13 +52,7 @@ def created(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, LocalResourc
     import boto3
     from moto import mock_aws
 
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    use_moto_env(monkeypatch)
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
         yield session, create_from_template(TEMPLATE, session)
