@@ -223,3 +223,17 @@ class Cluster:
 
     def running_cloud_ids(self) -> list[str]:
         return [c.cloud_id for c in self.cloud.list_owned() if not c.state.is_gone]
+
+
+def running_cluster(
+    *offerings: Offering, slots: int = 1, run_s: float = 40.0, **pool_settings: object
+) -> tuple[Cluster, str]:
+    """A cluster running one long trial of ``slots`` GPUs (a gang when it needs several
+    agents): submitted, launched, registered and RUNNING."""
+    cluster = Cluster(make_pool(*offerings, **pool_settings))
+    trial_id = cluster.submit(resources={"slots_per_trial": slots}).trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.run(run_s)
+    assert cluster.trial(trial_id).state.value == "RUNNING"
+    return cluster, trial_id

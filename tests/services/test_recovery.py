@@ -8,17 +8,7 @@ from corral.services.interruptions import NoticeKind, on_interruption_notice
 from corral.services.kill import kill_experiment
 from corral.services.reconciling import run_reconcile
 
-from .harness import SPOT_4, Cluster, Script, make_pool
-
-
-def running_cluster(**pool_settings: object) -> tuple[Cluster, str]:
-    cluster = Cluster(make_pool(**pool_settings))
-    trial_id = cluster.submit().trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=10_000)
-    cluster.pump()
-    cluster.run(40)
-    assert cluster.trial(trial_id).state is TrialState.RUNNING
-    return cluster, trial_id
+from .harness import SPOT_4, Cluster, Script, make_pool, running_cluster
 
 
 def test_an_interruption_warning_requeues_the_trial_and_plans_a_replacement() -> None:
@@ -211,13 +201,9 @@ def test_a_gang_that_lost_a_member_is_placed_again_only_once_the_survivors_stopp
     from corral.domain.offerings import CapacityType, Offering
 
     big = Offering("g.4", "zone-a", CapacityType.SPOT, 4, 1.5)
-    cluster = Cluster(make_pool(big, max_instances=4, max_idle_s=600.0))
-    trial_id = cluster.submit(resources={"slots_per_trial": 8}).trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=10_000)
-    cluster.pump()
-    cluster.run(60)
+    cluster, trial_id = running_cluster(big, slots=8, run_s=60, max_instances=4, max_idle_s=600.0)
     trial = cluster.trial(trial_id)
-    assert trial.state is TrialState.RUNNING and trial.placement is not None
+    assert trial.placement is not None
     lost_id, survivor_id = trial.placement.instance_ids
     by_record = {a.agent_id: a for a in cluster.agents.values()}
     by_record[lost_id].alive = False

@@ -11,7 +11,7 @@ from corral.services.kill import kill_experiment
 from corral.services.reaping import run_idle_reap
 from corral.services.reconciling import run_reconcile
 
-from .harness import Cluster, FakeAgent, Script, make_pool
+from .harness import Cluster, FakeAgent, Script, make_pool, running_cluster
 
 
 def _one_idle_agent(cluster: Cluster) -> str:
@@ -90,17 +90,11 @@ def test_a_trial_its_agent_never_takes_is_requeued_after_the_deadline() -> None:
 
 
 def test_a_stop_never_confirmed_is_cancelled_after_the_deadline() -> None:
-    cluster = Cluster(make_pool(max_idle_s=600.0))
-    submitted = cluster.submit(name="long")
-    trial_id = submitted.trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=10_000)
-    cluster.pump()
-    cluster.run(40)
-    assert cluster.trial(trial_id).state is TrialState.RUNNING
+    cluster, trial_id = running_cluster(max_idle_s=600.0)
     (agent,) = cluster.agents.values()
     agent.obeys_stops = False  # heartbeats on, still reporting the trial running
 
-    kill_experiment(cluster.ctx, submitted.experiment.id)
+    kill_experiment(cluster.ctx, cluster.trial(trial_id).experiment_id)
     cluster.run(60)
     run_reconcile(cluster.ctx)
     assert cluster.trial(trial_id).state is TrialState.STOPPING
@@ -154,13 +148,7 @@ def test_checkpoints_reported_every_heartbeat_do_not_flood_the_event_log() -> No
 
 
 def test_a_running_trial_its_restarted_agent_lost_is_requeued() -> None:
-    cluster = Cluster(make_pool(max_idle_s=600.0))
-    submitted = cluster.submit(name="long")
-    trial_id = submitted.trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=10_000)
-    cluster.pump()
-    cluster.run(40)
-    assert cluster.trial(trial_id).state is TrialState.RUNNING
+    cluster, trial_id = running_cluster(max_idle_s=600.0)
     (agent,) = cluster.agents.values()
     agent.running.clear()  # systemd restarted the agent; its container was cleaned up
     agent.register()  # the new process registers again: same record
@@ -176,14 +164,9 @@ def test_a_running_trial_its_restarted_agent_lost_is_requeued() -> None:
 def test_only_rank_0_missing_a_running_gang_trial_requeues_it() -> None:
     from .harness import SPOT_1
 
-    cluster = Cluster(make_pool(SPOT_1, max_idle_s=600.0, max_instances=2))
-    submitted = cluster.submit(name="gang", resources={"slots_per_trial": 2})
-    trial_id = submitted.trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=10_000)
-    cluster.pump()
-    cluster.run(40)
+    cluster, trial_id = running_cluster(SPOT_1, slots=2, max_idle_s=600.0, max_instances=2)
     trial = cluster.trial(trial_id)
-    assert trial.state is TrialState.RUNNING and trial.placement is not None
+    assert trial.placement is not None
     rank0, rank1 = trial.placement.instance_ids
     by_record = {a.agent_id: a for a in cluster.agents.values()}
     by_record[rank1].running.clear()  # rank 1's part ended and was acknowledged
