@@ -102,6 +102,13 @@ class Trial:
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
 
+    def entered_at(self, state: TrialState) -> float | None:
+        """When the trial last entered ``state`` (for per-state deadlines and costs)."""
+        for entry in reversed(self.history):
+            if entry.state == state.value:
+                return entry.at
+        return None
+
     def transition(self, target: TrialState, at: float, reason: str) -> Trial:
         TRIAL_MACHINE.check(self.state, target)
         placement = self.placement if target in HOLDS_GPUS else None

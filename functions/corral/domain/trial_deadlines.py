@@ -51,14 +51,6 @@ class Overdue:
     reason: str
 
 
-def in_state_since(trial: Trial) -> float:
-    """When the trial last entered its current state (its submission if history is empty)."""
-    for entry in reversed(trial.history):
-        if entry.state == trial.state.value:
-            return entry.at
-    return trial.submitted_at
-
-
 def overdue_trials(
     trials: Iterable[Trial],
     heartbeats: Mapping[str, Heartbeat],
@@ -69,7 +61,7 @@ def overdue_trials(
     ``heartbeats`` holds the latest heartbeat per instance record id."""
     out: list[Overdue] = []
     for trial in trials:
-        since = in_state_since(trial)
+        since = trial.entered_at(trial.state) or trial.submitted_at
         age = now - since
         if trial.state is TrialState.ASSIGNED:
             if age > deadlines.start_s:

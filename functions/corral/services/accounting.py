@@ -31,7 +31,7 @@ def settle_trial_cost(trial: Trial, instances: dict[str, Instance], now: float) 
     """Charge a trial for the GPUs it held since it was assigned; call when it leaves them."""
     if trial.state not in HOLDS_GPUS or trial.placement is None:
         return trial
-    start = trial_entered(trial, TrialState.ASSIGNED)
+    start = trial.entered_at(TrialState.ASSIGNED)
     if start is None:
         return trial
     cost = gpu_seconds = 0.0
@@ -45,10 +45,3 @@ def settle_trial_cost(trial: Trial, instances: dict[str, Instance], now: float) 
     return replace(
         trial, cost_usd=trial.cost_usd + cost, gpu_seconds=trial.gpu_seconds + gpu_seconds
     )
-
-
-def trial_entered(trial: Trial, state: TrialState) -> float | None:
-    for entry in reversed(trial.history):
-        if entry.state == state.value:
-            return entry.at
-    return None

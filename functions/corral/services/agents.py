@@ -378,14 +378,12 @@ def _preempted_ended(
     return requeue(trial, instances, now, reason, still_running=running)
 
 
-def _every_other_rank_reports(ctx: Context, trial: Trial, reporting: str) -> bool:
-    """Whether every agent of the trial's placement but ``reporting`` has it in its latest
-    heartbeat (an agent reports each trial it holds, from its start)."""
-    others = [
-        i for i in (trial.placement.instance_ids if trial.placement else ()) if i != reporting
-    ]
-    beats = ctx.store.heartbeats(others) if others else {}
-    return all(i in beats and any(r.trial_id == trial.id for r in beats[i].trials) for i in others)
+def _every_other_rank_reports(ctx: Context, trial: Trial, reporting_id: str) -> bool:
+    """Whether every agent of the trial's placement but ``reporting_id`` has it in its
+    latest heartbeat (an agent reports each trial it holds, from its start)."""
+    placed = trial.placement.instance_ids if trial.placement else ()
+    others = [i for i in placed if i != reporting_id]
+    return reporting(ctx, trial.id, others) == frozenset(others)
 
 
 def _user_error(

@@ -10,6 +10,7 @@ from corral.domain.errors import ConflictError
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState
 from corral.domain.records import Event, EventKind
 from corral.domain.trial import TrialState
+from corral.ports.store import commit_one
 from corral.services.context import Context
 from corral.services.fleet import terminate, wake_scheduler
 from corral.services.scheduling import plan_all
@@ -42,18 +43,16 @@ def run_idle_reap(ctx: Context) -> ReapReport:
             fresh_after=fresh_after,
         )
         for decision in plan.drain:
-            drained = decision.apply(now)
-            if not _move(ctx, drained):
+            drained = _move(ctx, decision.apply(now))
+            if drained is None:
                 continue
-            report.drained.append(decision.instance.id)
-            if decision.instance.id in plan.terminate_after_drain:
-                stored = ctx.store.get_instance(drained.id)
-                if stored is not None and terminate(
-                    ctx, stored, "drained and confirmed empty", EventKind.INSTANCE_TERMINATED
-                ):
-                    report.terminated.append(drained.id)
+            report.drained.append(drained.id)
+            if drained.id in plan.terminate_after_drain and terminate(
+                ctx, drained, "drained and confirmed empty", EventKind.INSTANCE_TERMINATED
+            ):
+                report.terminated.append(drained.id)
         for decision in plan.undrain:
-            if _move(ctx, decision.apply(now)):
+            if _move(ctx, decision.apply(now)) is not None:
                 report.undrained.append(decision.instance.id)
         for decision in plan.terminate:
             if terminate(ctx, decision.instance, decision.reason, EventKind.INSTANCE_TERMINATED):
@@ -64,11 +63,12 @@ def run_idle_reap(ctx: Context) -> ReapReport:
     return report
 
 
-def _move(ctx: Context, updated: Instance) -> bool:
+def _move(ctx: Context, updated: Instance) -> Instance | None:
+    """Commit one reaper transition and log it; the stored record, or None on a lost race."""
     try:
-        ctx.store.commit([updated])
+        stored = commit_one(ctx.store, updated)
     except ConflictError:
-        return False
+        return None
     draining = updated.state is InstanceState.DRAINING
     kind = EventKind.AGENT_DRAINING if draining else EventKind.AGENT_UNDRAINED
     ctx.store.append_events(
@@ -82,4 +82,4 @@ def _move(ctx: Context, updated: Instance) -> bool:
             )
         ]
     )
-    return True
+    return stored
