@@ -65,7 +65,7 @@ from corral.domain.ownership import POOL_TAG, RECORD_TAG  # noqa: E402
 from corral.domain.records import Experiment, Heartbeat, TrialReport  # noqa: E402
 from corral.domain.trial import Placement, Trial, TrialState, new_trial  # noqa: E402
 from corral.handlers.aws import composition, schedule, spot_reconcile  # noqa: E402
-from corral.services.context import Context  # noqa: E402
+from corral.services.shared.service_context import Context  # noqa: E402
 
 PREFIX = "corral-bench-"
 TAG_KEY, TAG_VALUE = "managed-by", "corral-bench"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from corral.domain.records import Event, EventKind
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 from tests.services.harness import Cluster
 
 from .conftest import ApiClient

@@ -31,7 +31,7 @@ from corral.adapters.aws.dynamo_schema import create_tables
 from corral.adapters.memory import FakeClock
 from corral.handlers.aws import api, composition
 from corral.ports.queue import QueueName
-from corral.services.context import Context, SequentialIds
+from corral.services.shared.service_context import Context, SequentialIds
 from tests.moto_env import GPU_POOL_YAML_HEAD, HANDLER_ENV, REGION
 
 PREFIX = "corral-chaos-"

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from corral.ports.queue import Message, QueueName
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 
 T = TypeVar("T")
 

@@ -35,7 +35,7 @@ from corral.handlers.aws import composition
 from corral.ports.queue import QueueName
 from corral.protocol.agent import GpuInfo, Identity, IdentityKind, RegisterRequest
 from corral.services import agents
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 from corral.services.submit import Submitted, submit_experiment
 from tests import lambda_events
 from tests.lambda_events import SPOT_WARNING, LambdaContext, ec2_event, function_arn

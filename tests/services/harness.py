@@ -36,9 +36,9 @@ from corral.protocol.agent import (
     TrialStatus,
 )
 from corral.services import agents as agent_service
-from corral.services.context import Context, SequentialIds
 from corral.services.dispatch import dispatch
-from corral.services.scheduling import run_schedule_pass
+from corral.services.schedule_pass import run_schedule_pass
+from corral.services.shared.service_context import Context, SequentialIds
 from corral.services.submit import Submitted, submit_experiment
 
 SPOT_1 = Offering("g.1", "zone-a", CapacityType.SPOT, 1, 0.4)

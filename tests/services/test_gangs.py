@@ -12,7 +12,7 @@ from corral.api import views
 from corral.domain.instance import InstanceState
 from corral.domain.offerings import CapacityType, Offering
 from corral.domain.trial import TrialState
-from corral.services.scheduling import run_schedule_pass
+from corral.services.schedule_pass import run_schedule_pass
 from corral.services.submit import SubmitError
 
 from .harness import Cluster, Script, make_pool
@@ -145,7 +145,7 @@ def test_a_gang_rank_that_heartbeats_late_still_gets_its_start() -> None:
 def test_idle_agents_of_the_wrong_shape_make_room_for_a_gang_at_once() -> None:
     """The local stack's sequence: a 1-GPU grid leaves four idle g5.xlarge (max_instances 4),
     then the 8-GPU gang arrives. It must not wait for their idle period to end."""
-    from corral.services.reaping import run_idle_reap
+    from corral.services.idle_reap import run_idle_reap
 
     cluster = example_cluster(max_idle_s=600.0)
     grid = cluster.submit(

@@ -10,9 +10,9 @@ from corral.domain.errors import LaunchError, LaunchErrorClass
 from corral.domain.instance import InstanceState
 from corral.ports.commands import LaunchInstance
 from corral.ports.queue import QueueName
-from corral.services.reconciling import run_reconcile
+from corral.services.reconcile import run_reconcile
 from corral.services.scale_up import LaunchOutcome, launch_instance
-from corral.services.scheduling import run_schedule_pass
+from corral.services.schedule_pass import run_schedule_pass
 
 from .harness import OD_1, SPOT_1, Cluster, make_pool
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from corral.domain.instance import InstanceState
 from corral.domain.trial import TrialState
-from corral.services.reaping import run_idle_reap
+from corral.services.idle_reap import run_idle_reap
 
 from .harness import Cluster, Script, make_pool
 

@@ -6,7 +6,7 @@ from corral.domain.instance import InstanceState
 from corral.domain.trial import TrialState
 from corral.services.interruptions import NoticeKind, on_interruption_notice
 from corral.services.kill import kill_experiment
-from corral.services.reconciling import run_reconcile
+from corral.services.reconcile import run_reconcile
 
 from .harness import SPOT_4, Cluster, Script, make_pool, running_cluster
 

@@ -14,7 +14,7 @@ from corral.domain.instance import InstanceState
 from corral.ports.commands import LaunchInstance
 from corral.ports.queue import QueueName
 from corral.services.dispatch import dispatch
-from corral.services.scheduling import run_schedule_pass
+from corral.services.schedule_pass import run_schedule_pass
 
 from .harness import Cluster
 

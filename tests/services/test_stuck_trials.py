@@ -7,9 +7,9 @@ from __future__ import annotations
 from corral.domain.instance import InstanceState
 from corral.domain.records import EventKind
 from corral.domain.trial import TrialState
+from corral.services.idle_reap import run_idle_reap
 from corral.services.kill import kill_experiment
-from corral.services.reaping import run_idle_reap
-from corral.services.reconciling import run_reconcile
+from corral.services.reconcile import run_reconcile
 
 from .harness import Cluster, FakeAgent, Script, make_pool, running_cluster
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from corral.domain.offerings import CapacityType, Offering
 from corral.domain.policy import StaticPool
-from corral.services.context import DomainPolicy
+from corral.services.shared.service_context import DomainPolicy
 from corral.sim.engine import Engine, Replay
 from corral.sim.metrics import SimMetrics, measure
 from corral.sim.model import SimulationConfig

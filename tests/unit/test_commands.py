@@ -60,8 +60,9 @@ def _minimal_body(kind: CommandKind) -> dict[str, Any]:
 
 
 # The bodies as Corral wrote them before the commands module (services/submit.py,
-# services/fleet.py, services/scheduling.py, infra/gcp/deploy.sh): messages already on a
-# queue during an upgrade must still parse, and new ones must be written the same way.
+# services/shared/instance_removal.py, services/schedule_pass.py, infra/gcp/deploy.sh):
+# messages already on a queue during an upgrade must still parse, and new ones must be
+# written the same way.
 TODAY = [
     ('{"kind":"schedule","body":{"reason":"submit"}}', Schedule("submit")),
     ('{"kind":"schedule","body":{"reason":"inst-1 registered"}}', Schedule("inst-1 registered")),

@@ -19,7 +19,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, CORSConf
 from corral.api import errors, openapi, routes_agents, routes_experiments, routes_fleet
 from corral.api.auth import Authenticator
 from corral.api.deps import Deps
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 
 
 def build_resolver(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from corral.api.auth import Authenticator, AuthError, Principal, require
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The API's read models (``schemas/public.py``): pure reads of the Store, priced with the
 domain's cost rules and the services' accounting; the pool view shows the schedule pass's
-plan (``services.scheduling.plan_all``), computed without writing.
+plan (``services.schedule_pass.plan_all``), computed without writing.
 
 Nothing here writes. Figures that change while something runs (a trial's cost, an
 instance's idle time) are computed at read time from ``ctx.clock`` rather than stored, so a
@@ -41,9 +41,9 @@ from corral.domain.policy import PoolPolicy
 from corral.domain.records import Event, Experiment, ExperimentState, Heartbeat
 from corral.domain.state_machine import HistoryEntry
 from corral.domain.trial import ACTIVE_STATES, Trial, TrialState
-from corral.services.accounting import pool_month_to_date, settle_trial_cost
-from corral.services.context import Context
-from corral.services.scheduling import plan_all
+from corral.services.schedule_pass import plan_all
+from corral.services.shared.service_context import Context
+from corral.services.shared.spend import pool_month_to_date, settle_trial_cost
 
 HOUR_S = 3600.0
 # The longest run of events sharing one timestamp an events page will read to end on a

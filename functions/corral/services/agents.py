@@ -34,11 +34,11 @@ from corral.protocol.agent import (
     RegisterResponse,
     TrialStatus,
 )
-from corral.services.assignments import build_assignment
-from corral.services.context import Context
-from corral.services.fleet import reporting, terminate, wake_scheduler
+from corral.services.shared.assignment_spec import build_assignment
+from corral.services.shared.instance_removal import reporting, terminate, wake_scheduler
+from corral.services.shared.service_context import Context
+from corral.services.shared.trial_release import move_off_gpus, requeue
 from corral.services.trial_deadlines import settle_trial
-from corral.services.trial_moves import move_off_gpus, requeue
 
 
 def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> RegisterResponse:

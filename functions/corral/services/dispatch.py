@@ -17,11 +17,11 @@ from corral.ports.commands import (
     parse,
 )
 from corral.ports.queue import Message
-from corral.services.context import Context
-from corral.services.reaping import run_idle_reap
-from corral.services.reconciling import run_reconcile
+from corral.services.idle_reap import run_idle_reap
+from corral.services.reconcile import run_reconcile
 from corral.services.scale_up import launch_instance
-from corral.services.scheduling import run_schedule_pass
+from corral.services.schedule_pass import run_schedule_pass
+from corral.services.shared.service_context import Context
 
 UnknownMessage = UnknownCommand  # this module's name for it before corral.ports.commands
 

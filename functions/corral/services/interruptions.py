@@ -11,8 +11,8 @@ from corral.domain.errors import ConflictError
 from corral.domain.instance import HOLDS_CLOUD_INSTANCE, InstanceState
 from corral.domain.records import Event, EventKind
 from corral.ports.store import retry_on_conflict
-from corral.services.context import Context
-from corral.services.fleet import mark_terminated, take_away, wake_scheduler
+from corral.services.shared.instance_removal import mark_terminated, take_away, wake_scheduler
+from corral.services.shared.service_context import Context
 
 
 class NoticeKind(StrEnum):

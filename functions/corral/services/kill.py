@@ -13,7 +13,7 @@ from corral.domain.errors import ConflictError, NotFoundError
 from corral.domain.records import Event, EventKind, Experiment
 from corral.domain.trial import Trial, TrialState
 from corral.ports.store import commit_one, retry_on_conflict
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 
 
 def kill_experiment(ctx: Context, experiment_id: str) -> Experiment:

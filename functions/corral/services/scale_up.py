@@ -26,7 +26,7 @@ from corral.domain.records import Event, EventKind
 from corral.ports.cloud import LaunchRequest
 from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import commit_one
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 
 
 class LaunchOutcome(StrEnum):

@@ -12,7 +12,7 @@ from corral.domain.planner import infeasible_reason
 from corral.domain.records import Event, EventKind, Experiment
 from corral.domain.trial import Trial, new_trial
 from corral.ports.commands import Schedule, send
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 
 
 class SubmitError(ValueError):

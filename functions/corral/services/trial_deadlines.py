@@ -11,9 +11,9 @@ from corral.domain.instance import Instance
 from corral.domain.records import Event, EventKind
 from corral.domain.trial import Trial, TrialState
 from corral.domain.trial_deadlines import OverdueAction, overdue_trials
-from corral.services.context import Context
-from corral.services.fleet import wake_scheduler
-from corral.services.trial_moves import move_off_gpus, requeue
+from corral.services.shared.instance_removal import wake_scheduler
+from corral.services.shared.service_context import Context
+from corral.services.shared.trial_release import move_off_gpus, requeue
 
 
 def settle_overdue_trials(ctx: Context) -> list[str]:

@@ -33,13 +33,13 @@ from corral.domain.offerings import Offering
 from corral.domain.trial import ACTIVE_STATES, TrialState
 from corral.ports.commands import LaunchInstance, parse
 from corral.ports.queue import QueueName
-from corral.services.context import Context, SequentialIds
 from corral.services.dispatch import dispatch
+from corral.services.idle_reap import run_idle_reap
 from corral.services.interruptions import NoticeKind, on_interruption_notice
-from corral.services.reaping import run_idle_reap
-from corral.services.reconciling import run_reconcile
+from corral.services.reconcile import run_reconcile
 from corral.services.scale_up import LaunchOutcome
-from corral.services.scheduling import run_schedule_pass
+from corral.services.schedule_pass import run_schedule_pass
+from corral.services.shared.service_context import Context, SequentialIds
 from corral.services.submit import SubmitError, submit_experiment
 from corral.sim.model import Outage, SimulationConfig, outages
 from corral.sim.policies import REAP_PERIOD_S, SimPolicy

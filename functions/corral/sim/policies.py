@@ -34,7 +34,7 @@ from corral.domain.policy import PoolPolicy, StaticPool
 from corral.domain.reaper import ReapDecision, ReapPlan
 from corral.domain.records import Heartbeat, PoolState
 from corral.domain.trial import Trial
-from corral.services.context import DomainPolicy, ScalingPolicy
+from corral.services.shared.service_context import DomainPolicy, ScalingPolicy
 from corral.sim.model import SimulationConfig
 
 # The reaper's timer period in the simulation (EventBridge's shortest rate).

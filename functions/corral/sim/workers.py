@@ -26,7 +26,7 @@ from corral.protocol.agent import (
     TrialStatus,
 )
 from corral.services import agents as agent_service
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 from corral.sim.trace import Job
 
 

@@ -20,7 +20,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from corral.api.app import build_resolver
 from corral.api.auth import authenticator_from_env
 from corral.handlers.aws.observability import count, make_logger, make_metrics
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 
 logger = make_logger("api")
 metrics = make_metrics("api")

@@ -40,7 +40,7 @@ from corral.domain.config import ClusterConfig
 from corral.handlers.config_source import CompositionError, parse_cluster_config
 from corral.ports.clock import Clock, SystemClock
 from corral.ports.queue import QueueName
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 
 CONFIG_ENV = "CORRAL_CLUSTER_CONFIG"
 CONFIG_PARAMETER_ENV = "CORRAL_CLUSTER_CONFIG_PARAMETER"

@@ -1,5 +1,5 @@
 """The ``idle_reap`` function (EventBridge timer): drain and terminate agents idle past
-their pool's ``max_idle_agent_period``; the rules live in ``services.reaping``."""
+their pool's ``max_idle_agent_period``; the rules live in ``services.idle_reap``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from corral.handlers.aws import composition
 from corral.handlers.aws.observability import count, make_logger, make_metrics
-from corral.services.reaping import run_idle_reap
+from corral.services.idle_reap import run_idle_reap
 
 logger = make_logger("idle_reap")
 metrics = make_metrics("idle_reap")

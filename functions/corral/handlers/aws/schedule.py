@@ -16,7 +16,7 @@ from corral.adapters.aws.sqs_queue import parse_sqs_body
 from corral.handlers.aws import composition
 from corral.handlers.aws.observability import count, is_sqs_batch, make_logger, make_metrics
 from corral.ports.commands import Schedule, parse
-from corral.services.scheduling import run_schedule_pass
+from corral.services.schedule_pass import run_schedule_pass
 
 logger = make_logger("schedule")
 metrics = make_metrics("schedule")

@@ -35,7 +35,7 @@ from corral.adapters.aws.events import (
 from corral.handlers.aws import composition
 from corral.handlers.aws.observability import count, is_sqs_batch, make_logger, make_metrics
 from corral.services.interruptions import NoticeKind, on_cloud_state, on_interruption_notice
-from corral.services.reconciling import run_reconcile
+from corral.services.reconcile import run_reconcile
 
 logger = make_logger("spot_reconcile")
 metrics = make_metrics("spot_reconcile")

@@ -28,7 +28,7 @@ import flask
 import functions_framework
 
 from corral.handlers.gcp import composition
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 
 log = logging.getLogger("corral.handlers.gcp")
 
@@ -92,7 +92,7 @@ def _payload(cloud_event: Any) -> dict[str, Any]:
 def schedule(cloud_event: Any) -> None:
     """Schedule topic: commands and the one-minute Cloud Scheduler tick. Every message
     means "something changed: run a pass", so any delivery runs exactly one pass."""
-    from corral.services.scheduling import run_schedule_pass
+    from corral.services.schedule_pass import run_schedule_pass
 
     report = run_schedule_pass(_ctx())
     log.info(
@@ -131,7 +131,7 @@ def scale_up(cloud_event: Any) -> None:
 @functions_framework.cloud_event
 def idle_reap(cloud_event: Any) -> None:
     """Cloud Scheduler tick (through its topic): drain and delete agents idle too long."""
-    from corral.services.reaping import run_idle_reap
+    from corral.services.idle_reap import run_idle_reap
 
     report = run_idle_reap(_ctx())
     log.info(
@@ -160,7 +160,7 @@ def spot_reconcile(cloud_event: Any) -> None:
     if payload.get("kind") not in (None, CommandKind.RECONCILE):
         log.warning("interruptions topic: %s dropped", payload.get("kind"))
         return
-    from corral.services.reconciling import run_reconcile
+    from corral.services.reconcile import run_reconcile
 
     report = run_reconcile(_ctx())
     log.info("reconcile pass: applied=%s conflicts=%d", report.applied, report.conflicts)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.trial import Placement, Trial, TrialState
-from corral.services.accounting import settle_trial_cost
+from corral.services.shared.spend import settle_trial_cost
 
 
 def free_gpus(

@@ -8,7 +8,7 @@ from typing import Any
 from corral.domain.config import ExperimentConfig
 from corral.domain.trial import Trial
 from corral.protocol.agent import BindMount, CheckpointSpec, Rendezvous, TrialAssignment
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
 
 # GLOO rendezvous port between trial containers (the seeds' firewall rules open 12355).
 RENDEZVOUS_PORT = 12355

@@ -1,4 +1,4 @@
-"""The scheduler: place pending trials on the free GPUs of registered agents.
+"""Placement: put pending trials on the free GPUs of registered agents.
 
 Trials go in priority order (lower number first, then first come first served). A trial that
 does not fit now does not block smaller ones behind it (backfill): the planner buys capacity
@@ -22,7 +22,7 @@ class Assignment:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleResult:
+class PlacementResult:
     assignments: tuple[Assignment, ...]
     # Pending trials left over, in scheduling order.
     unplaced: tuple[Trial, ...]
@@ -40,7 +40,7 @@ def agent_bin(agent: Instance) -> Bin:
     )
 
 
-def schedule(trials: Iterable[Trial], agents: Sequence[Instance]) -> ScheduleResult:
+def place_trials(trials: Iterable[Trial], agents: Sequence[Instance]) -> PlacementResult:
     """Assign pending trials to schedulable agents of their own pool."""
     index_by_pool: dict[str, BinIndex] = {}
     for agent in sorted(agents, key=lambda a: a.id):
@@ -58,4 +58,4 @@ def schedule(trials: Iterable[Trial], agents: Sequence[Instance]) -> ScheduleRes
             assignments.append(Assignment(trial, Placement(parts)))
 
     leftover = {b.id: tuple(b.free) for index in index_by_pool.values() for b in index.bins()}
-    return ScheduleResult(tuple(assignments), tuple(unplaced), leftover)
+    return PlacementResult(tuple(assignments), tuple(unplaced), leftover)

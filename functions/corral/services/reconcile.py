@@ -31,8 +31,13 @@ from corral.domain.reconciler import reconcile
 from corral.domain.records import Event, EventKind, PoolState
 from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import retry_on_conflict
-from corral.services.context import Context
-from corral.services.fleet import mark_terminated, take_away, terminate, wake_scheduler
+from corral.services.shared.instance_removal import (
+    mark_terminated,
+    take_away,
+    terminate,
+    wake_scheduler,
+)
+from corral.services.shared.service_context import Context
 from corral.services.trial_deadlines import settle_overdue_trials
 
 

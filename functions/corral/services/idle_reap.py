@@ -11,9 +11,9 @@ from corral.domain.instance import LIVE_STATES, Instance, InstanceState
 from corral.domain.records import Event, EventKind
 from corral.domain.trial import TrialState
 from corral.ports.store import commit_one
-from corral.services.context import Context
-from corral.services.fleet import terminate, wake_scheduler
-from corral.services.scheduling import plan_all
+from corral.services.schedule_pass import plan_all
+from corral.services.shared.instance_removal import terminate, wake_scheduler
+from corral.services.shared.service_context import Context
 
 
 @dataclass

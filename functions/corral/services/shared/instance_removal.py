@@ -11,9 +11,9 @@ from corral.domain.records import Event, EventKind
 from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
 from corral.ports.commands import Schedule, send
 from corral.ports.store import Record, commit_one
-from corral.services.accounting import close_instance_spend
-from corral.services.context import Context
-from corral.services.trial_moves import move_off_gpus, requeue
+from corral.services.shared.service_context import Context
+from corral.services.shared.spend import close_instance_spend
+from corral.services.shared.trial_release import move_off_gpus, requeue
 
 
 def trials_on(ctx: Context, instance: Instance) -> list[Trial]:

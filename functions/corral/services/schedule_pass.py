@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 
 from corral.domain.errors import ConflictError
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState, new_instance
+from corral.domain.placement import Assignment, PlacementResult, place_trials
 from corral.domain.planner import PoolPlan
 from corral.domain.records import Event, EventKind, PoolState
-from corral.domain.scheduler import Assignment, ScheduleResult, schedule
 from corral.domain.trial import Trial, TrialState
 from corral.ports.commands import LaunchInstance, send
-from corral.services.accounting import pool_month_to_date
-from corral.services.context import Context
+from corral.services.shared.service_context import Context
+from corral.services.shared.spend import pool_month_to_date
 
 
 @dataclass
@@ -34,7 +34,7 @@ class PassReport:
 
 def plan_all(
     ctx: Context, pending: Sequence[Trial], live: Sequence[Instance]
-) -> tuple[ScheduleResult, dict[str, PoolPlan]]:
+) -> tuple[PlacementResult, dict[str, PoolPlan]]:
     """Placement and plans without writing anything (the reaper uses it to learn which
     idle agents the demand still counts on). ``pending`` may hold PREEMPTED trials too:
     they are planned for (their replacement boots while they checkpoint) but not placed."""
@@ -44,9 +44,9 @@ def plan_all(
 
 def _plan(
     ctx: Context, pending: Sequence[Trial], live: Sequence[Instance]
-) -> tuple[ScheduleResult, dict[str, PoolPlan], dict[str, PoolState]]:
+) -> tuple[PlacementResult, dict[str, PoolPlan], dict[str, PoolState]]:
     now = ctx.clock.now()
-    result = schedule([t for t in pending if t.state is TrialState.PENDING], live)
+    result = place_trials([t for t in pending if t.state is TrialState.PENDING], live)
     demand = [*result.unplaced, *(t for t in pending if t.state is TrialState.PREEMPTED)]
     plans: dict[str, PoolPlan] = {}
     states: dict[str, PoolState] = {}

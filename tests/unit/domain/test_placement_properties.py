@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.domain.instance import InstanceState, new_instance
+from corral.domain.placement import place_trials
 from corral.domain.planner import plan_pool
 from corral.domain.records import PoolState
-from corral.domain.scheduler import schedule
 
 from .fleet import agent, offering, pending, pool
 
@@ -55,7 +55,7 @@ demand = st.lists(st.tuples(st.integers(0, 20), st.integers(1, 99)), max_size=15
 @settings(max_examples=200, deadline=None)
 @given(fleets(), demand)
 def test_never_more_gpus_used_than_an_agent_has_and_gangs_are_whole(agents, trials) -> None:  # type: ignore[no-untyped-def]
-    result = schedule(trials, agents)
+    result = place_trials(trials, agents)
     by_id = {a.id: a for a in agents}
     taken: dict[str, Counter[int]] = {a.id: Counter(a.used_gpus) for a in agents}
     for assignment in result.assignments:
@@ -82,7 +82,7 @@ def test_never_above_max_instances(agents, trials, min_i, max_i) -> None:  # typ
         min_instances=min(min_i, max_i),
         max_instances=max_i,
     )
-    result = schedule(trials, agents)
+    result = place_trials(trials, agents)
     plan = plan_pool(
         policy, result.unplaced, agents, PoolState("gpu"), 0.0, leftover_free=result.leftover_free
     )
@@ -96,7 +96,7 @@ def test_never_above_max_instances(agents, trials, min_i, max_i) -> None:  # typ
 @given(fleets(), demand)
 def test_the_same_demand_is_never_launched_twice(agents, trials) -> None:  # type: ignore[no-untyped-def]
     policy = pool(offering("g.1", 1, 1.0), offering("g.4", 4, 3.5), max_instances=50)
-    first = schedule(trials, agents)
+    first = place_trials(trials, agents)
     plan = plan_pool(
         policy, first.unplaced, agents, PoolState("gpu"), 0.0, leftover_free=first.leftover_free
     )
