@@ -66,7 +66,7 @@ def test_foreign_instances_are_never_listed_nor_terminated(cloud_env: CloudHarne
     ]
     ours = launch(cloud_env, "rec-1")
     assert set(owned(cloud_env.cloud)) == {ours}
-    cloud_env.cloud.terminate([*foreign, ours])
+    assert cloud_env.cloud.terminate([*foreign, ours]) == {ours}
     for cloud_id in foreign:
         assert cloud_env.raw_state(cloud_id) in (CloudState.PENDING, CloudState.RUNNING)
     assert not alive(owned(cloud_env.cloud).get(ours))
@@ -75,8 +75,12 @@ def test_foreign_instances_are_never_listed_nor_terminated(cloud_env: CloudHarne
 def test_terminate_is_idempotent_and_the_instance_goes(cloud_env: CloudHarness) -> None:
     cloud_id = launch(cloud_env, "rec-1")
     keep = launch(cloud_env, "rec-2")
-    cloud_env.cloud.terminate([cloud_id])
-    cloud_env.cloud.terminate([cloud_id])
+    assert cloud_env.cloud.terminate([cloud_id]) == {cloud_id}
+    again = cloud_env.cloud.terminate([cloud_id])
+    # A repeat (a retried message) confirms it while the cloud still lists it; once it is
+    # gone from the listing nothing can tell it from an unknown id, and the reconciler
+    # settles the record from the listing instead.
+    assert again == ({cloud_id} if cloud_id in owned(cloud_env.cloud) else frozenset())
     listed = owned(cloud_env.cloud)
     # Gone from the listing or listed as terminating/terminated: reconcile treats both alike.
     assert not alive(listed.get(cloud_id))
@@ -85,8 +89,8 @@ def test_terminate_is_idempotent_and_the_instance_goes(cloud_env: CloudHarness) 
 
 def test_terminate_skips_unknown_ids_and_empty_lists(cloud_env: CloudHarness) -> None:
     keep = launch(cloud_env, "rec-1")
-    cloud_env.cloud.terminate([cloud_env.unknown_id])
-    cloud_env.cloud.terminate([])
+    assert cloud_env.cloud.terminate([cloud_env.unknown_id]) == frozenset()
+    assert cloud_env.cloud.terminate([]) == frozenset()
     assert alive(owned(cloud_env.cloud).get(keep))
 
 

@@ -57,13 +57,10 @@ class RecordDecision:
 @dataclass(frozen=True, slots=True)
 class MarkTerminated(RecordDecision):
     """The cloud says the instance is gone: any state holding one -> TERMINATED. The service
-    requeues ``requeue_trials`` (PREEMPTED -> PENDING: infrastructure loss, no restart used)."""
+    moves the trials still allocated on it off its GPUs in the same write (requeued to resume
+    from their checkpoint: infrastructure loss, no restart used)."""
 
     target: ClassVar[InstanceState] = IS.TERMINATED
-    requeue_trials: tuple[str, ...] = ()
-
-    def apply(self, now: float) -> Instance:
-        return replace(RecordDecision.apply(self, now), allocations=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,21 +175,6 @@ Decision = (
 @dataclass(frozen=True, slots=True)
 class ReconcilePlan:
     decisions: tuple[Decision, ...] = ()
-
-    @property
-    def record_decisions(self) -> tuple[RecordDecision, ...]:
-        return tuple(d for d in self.decisions if isinstance(d, RecordDecision))
-
-    @property
-    def cloud_ids_to_terminate(self) -> tuple[str, ...]:
-        """Every cloud call to make: TerminateCloud ids and Terminate records' ids."""
-        ids = [d.cloud_id for d in self.decisions if isinstance(d, TerminateCloud)]
-        ids += [
-            d.record.cloud_id
-            for d in self.decisions
-            if isinstance(d, Terminate) and d.record.cloud_id
-        ]
-        return tuple(dict.fromkeys(ids))
 
     @property
     def boot_failures_by_pool(self) -> Mapping[str, int]:

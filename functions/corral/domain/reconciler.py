@@ -165,7 +165,7 @@ def _for_record(p: _Pass, r: Instance, pool: PoolPolicy) -> list[Decision]:
             return []  # listing lag (rule 1)
         seen = "not in the owned listing" if ci is None else f"reported {ci.state.value}"
         reason = f"instance {r.cloud_id} is {seen}"
-        return [MarkTerminated(r, reason, requeue_trials=r.trial_ids)]
+        return [MarkTerminated(r, reason)]
     if ci.state in _STOPPED:
         return [TerminateCloud(ci.cloud_id, r.pool, r.id, f"the cloud reports it {ci.state}")]
     if r.state is IS.TERMINATING:

@@ -48,7 +48,13 @@ class CloudProvider(Protocol):
 
     def list_spot_requests(self) -> list[SpotRequest]: ...
 
-    def terminate(self, cloud_ids: Sequence[str]) -> None: ...
+    def terminate(self, cloud_ids: Sequence[str]) -> frozenset[str]:
+        """Terminate those of ``cloud_ids`` that are ours; idempotent. Returns the ids the
+        cloud confirms are terminating or gone: ours, terminated by this call or already on
+        their way out. Any other id (unknown, foreign, or a call that failed part-way) is
+        not confirmed: the caller keeps its record TERMINATING and the reconciler settles it
+        from the next listing."""
+        ...
 
     def cancel_spot_requests(self, request_ids: Sequence[str]) -> None: ...
 

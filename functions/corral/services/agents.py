@@ -130,7 +130,9 @@ def _reject_unhealthy(ctx: Context, record: Instance, found: int, agent_says: st
         ctx.store.append_events(
             [Event(ctx.clock.now(), EventKind.BREAKER_OPEN, opened, pool=record.pool)]
         )
-    terminate(ctx, record, reason, EventKind.INSTANCE_TERMINATING)
+    if record.state is not InstanceState.TERMINATING:  # a repeated register: already going
+        terminating = record.transition(InstanceState.TERMINATING, ctx.clock.now(), reason)
+        terminate(ctx, terminating, EventKind.INSTANCE_TERMINATING)
     wake_scheduler(ctx, f"{record.id} was refused")  # its demand still waits
     raise Unhealthy(reason)
 

@@ -47,15 +47,18 @@ def run_idle_reap(ctx: Context) -> ReapReport:
             if drained is None:
                 continue
             report.drained.append(drained.id)
-            if drained.id in plan.terminate_after_drain and terminate(
-                ctx, drained, "drained and confirmed empty", EventKind.INSTANCE_TERMINATED
-            ):
+            if drained.id not in plan.terminate_after_drain:
+                continue
+            empty = drained.transition(
+                InstanceState.TERMINATING, now, "drained and confirmed empty"
+            )
+            if terminate(ctx, empty, EventKind.INSTANCE_TERMINATED):
                 report.terminated.append(drained.id)
         for decision in plan.undrain:
             if _move(ctx, decision.apply(now)) is not None:
                 report.undrained.append(decision.instance.id)
         for decision in plan.terminate:
-            if terminate(ctx, decision.instance, decision.reason, EventKind.INSTANCE_TERMINATED):
+            if terminate(ctx, decision.apply(now), EventKind.INSTANCE_TERMINATED):
                 report.terminated.append(decision.instance.id)
     if report.undrained or (report.terminated and any(p.unserved for p in plans.values())):
         # Taken-back agents get work now; freed room under max_instances gets a launch now.

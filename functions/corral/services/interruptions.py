@@ -71,7 +71,8 @@ def on_cloud_state(ctx: Context, cloud_id: str, state: str) -> bool:
     if record is None or record.state not in HOLDS_CLOUD_INSTANCE:
         return False
     try:
-        mark_terminated(ctx, record, f"the cloud reports {cloud_id} {state}")
+        reason = f"the cloud reports {cloud_id} {state}"
+        mark_terminated(ctx, record.transition(InstanceState.TERMINATED, ctx.clock.now(), reason))
     except ConflictError:
         return False
     return True

@@ -11,6 +11,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import assert_never
 
 from corral.domain.backoff import on_boot_failure
 from corral.domain.errors import ConflictError
@@ -22,6 +23,7 @@ from corral.domain.reconcile_decisions import (
     FailAllocation,
     MarkLost,
     MarkTerminated,
+    RecordDecision,
     Recover,
     Requeue,
     Terminate,
@@ -101,63 +103,60 @@ def run_reconcile(ctx: Context) -> ReconcileReport:
 
 
 def _apply(ctx: Context, decision: Decision) -> None:
+    """One path per decision: record decisions are written as their ``apply`` returns them
+    (conditionally on the version read), then the side effect the decision names."""
     now = ctx.clock.now()
-    if isinstance(decision, MarkTerminated):
-        mark_terminated(ctx, decision.record, decision.reason)
-    elif isinstance(decision, MarkLost):
-        take_away(ctx, decision.apply(now), decision.reason)
-        _event(ctx, EventKind.AGENT_LOST, decision.reason, decision.record)
-    elif isinstance(decision, Terminate):
-        terminate(ctx, decision.record, decision.reason, EventKind.INSTANCE_TERMINATING)
-    elif isinstance(decision, Requeue):
-        requeued = decision.apply(now)
-        records: list[Instance | PoolState] = [requeued]
-        if decision.mark_unavailable:
-            records.append(_mark(ctx, requeued.pool, decision.mark_unavailable, now))
-        ctx.store.commit(records)
-        send(ctx.queue, [LaunchInstance.of(requeued)])
-        _event(ctx, EventKind.LAUNCH_FAILED, decision.reason, decision.record)
-    elif isinstance(decision, (Adopt, Recover, FailAllocation)):
-        ctx.store.commit([decision.apply(now)])
-        kind = {
-            Adopt: EventKind.INSTANCE_ADOPTED,
-            Recover: EventKind.AGENT_REGISTERED,
-            FailAllocation: EventKind.LAUNCH_FAILED,
-        }[type(decision)]
-        _event(ctx, kind, decision.reason, decision.record)
-        if isinstance(decision, Recover):
+    match decision:
+        case MarkTerminated():
+            mark_terminated(ctx, decision.apply(now))
+        case MarkLost():
+            take_away(ctx, decision.apply(now), decision.reason)
+            _event(ctx, EventKind.AGENT_LOST, decision)
+        case Terminate():
+            terminate(ctx, decision.apply(now), EventKind.INSTANCE_TERMINATING)
+        case Requeue():
+            requeued = decision.apply(now)
+            records: list[Instance | PoolState] = [requeued]
+            if decision.mark_unavailable:
+                records.append(_mark(ctx, requeued.pool, decision.mark_unavailable, now))
+            ctx.store.commit(records)
+            send(ctx.queue, [LaunchInstance.of(requeued)])
+            _event(ctx, EventKind.LAUNCH_FAILED, decision)
+        case Adopt():
+            ctx.store.commit([decision.apply(now)])
+            _event(ctx, EventKind.INSTANCE_ADOPTED, decision)
+        case FailAllocation():
+            ctx.store.commit([decision.apply(now)])
+            _event(ctx, EventKind.LAUNCH_FAILED, decision)
+        case Recover():
+            ctx.store.commit([decision.apply(now)])
+            _event(ctx, EventKind.AGENT_REGISTERED, decision)
             wake_scheduler(ctx, f"{decision.record.id} is back")
-    elif isinstance(decision, TerminateCloud):
-        ctx.cloud.terminate([decision.cloud_id])
-        record = ctx.store.get_instance(decision.record_id) if decision.record_id else None
-        # An orphan has no live record; otherwise this repeats a termination we own.
-        orphan = record is None or not record.is_live
-        ctx.store.append_events(
-            [
-                Event(
-                    now,
-                    EventKind.ORPHAN_TERMINATED if orphan else EventKind.INSTANCE_TERMINATING,
-                    f"{decision.cloud_id}: {decision.reason}",
-                    pool=decision.pool,
-                    instance_id=decision.record_id,
-                )
-            ]
-        )
-    elif isinstance(decision, CancelSpotRequest):
-        ctx.cloud.cancel_spot_requests([decision.request_id])
-        if decision.mark_unavailable:
-            ctx.store.commit([_mark(ctx, decision.pool, decision.mark_unavailable, now)])
-        ctx.store.append_events(
-            [
-                Event(
-                    now,
-                    EventKind.SPOT_REQUEST_CANCELLED,
-                    f"{decision.request_id}: {decision.reason}",
-                    pool=decision.pool,
-                    instance_id=decision.record_id,
-                )
-            ]
-        )
+        case TerminateCloud():
+            ctx.cloud.terminate([decision.cloud_id])
+            record = ctx.store.get_instance(decision.record_id) if decision.record_id else None
+            # An orphan has no live record; otherwise this repeats a termination we own.
+            orphan = record is None or not record.is_live
+            kind = EventKind.ORPHAN_TERMINATED if orphan else EventKind.INSTANCE_TERMINATING
+            reason = f"{decision.cloud_id}: {decision.reason}"
+            ctx.store.append_events(
+                [Event(now, kind, reason, pool=decision.pool, instance_id=decision.record_id)]
+            )
+        case CancelSpotRequest():
+            ctx.cloud.cancel_spot_requests([decision.request_id])
+            if decision.mark_unavailable:
+                ctx.store.commit([_mark(ctx, decision.pool, decision.mark_unavailable, now)])
+            reason = f"{decision.request_id}: {decision.reason}"
+            event = Event(
+                now,
+                EventKind.SPOT_REQUEST_CANCELLED,
+                reason,
+                pool=decision.pool,
+                instance_id=decision.record_id,
+            )
+            ctx.store.append_events([event])
+        case _:
+            assert_never(decision)
 
 
 def _mark(ctx: Context, pool_name: str, offering_key: str, now: float) -> PoolState:
@@ -190,7 +189,8 @@ def _count_boot_failures(ctx: Context, failures: Mapping[str, int]) -> None:
                 )
 
 
-def _event(ctx: Context, kind: EventKind, reason: str, record: Instance) -> None:
+def _event(ctx: Context, kind: EventKind, decision: RecordDecision) -> None:
+    record = decision.record
     ctx.store.append_events(
-        [Event(ctx.clock.now(), kind, reason, pool=record.pool, instance_id=record.id)]
+        [Event(ctx.clock.now(), kind, decision.reason, pool=record.pool, instance_id=record.id)]
     )

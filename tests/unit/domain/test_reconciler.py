@@ -59,6 +59,14 @@ def run(
     return reconcile(POOLS, records, cloud, spot, heartbeats or {}, now, S)
 
 
+def cloud_ids_to_terminate(plan: ReconcilePlan) -> set[str]:
+    """Every cloud instance the plan's decisions lead the service to terminate."""
+    ids = {d.cloud_id for d in plan.decisions if isinstance(d, TerminateCloud)}
+    return ids | {
+        d.record.cloud_id for d in plan.decisions if isinstance(d, Terminate) and d.record.cloud_id
+    }
+
+
 def only(plan: ReconcilePlan) -> Decision:
     assert len(plan.decisions) == 1, plan.decisions
     return plan.decisions[0]
@@ -79,9 +87,9 @@ def test_record_whose_instance_vanished_is_marked_terminated_and_its_trials_requ
     busy = make_instance(IS.BUSY, trials=("t1", "t2"), entered_at=NOW - 600)
     decision = only(run([busy]))
     assert isinstance(decision, MarkTerminated)
-    assert decision.requeue_trials == ("t1", "t2")
     moved = decision.apply(NOW)
-    assert moved.state is IS.TERMINATED and moved.allocations == ()
+    # The trials stay allocated on the record: the service moves each off in the same write.
+    assert moved.state is IS.TERMINATED and moved.trial_ids == ("t1", "t2")
     assert moved.terminated_at == NOW
 
 
@@ -167,7 +175,7 @@ def test_allocated_not_registered_by_the_starting_deadline_is_terminated_as_boot
     assert isinstance(decision, Terminate) and decision.record.id == late.id
     assert decision.boot_failure
     assert plan.boot_failures_by_pool == {POOL: 1}
-    assert plan.cloud_ids_to_terminate == (late.cloud_id,)
+    assert cloud_ids_to_terminate(plan) == {late.cloud_id}
 
 
 # ---- rule 5 --------------------------------------------------------------------------------
@@ -294,7 +302,7 @@ def test_stopped_instances_are_terminated(cloud_state: CloudState) -> None:
     orphan = make_cloud_instance(launched_at=NOW - 1, state=cloud_state)  # even a young one
     plan = run([record], [listed(record, cloud_state), orphan], heartbeats=alive(record))
     assert all(isinstance(d, TerminateCloud) for d in plan.decisions)
-    assert set(plan.cloud_ids_to_terminate) == {record.cloud_id, orphan.cloud_id}
+    assert cloud_ids_to_terminate(plan) == {record.cloud_id, orphan.cloud_id}
 
 
 def test_terminating_record_still_listed_is_terminated_again() -> None:
@@ -407,5 +415,5 @@ def test_property_reconciler_touches_only_owned_ids_with_allowed_transitions(
             assert decision.apply(now).state is decision.target
             if isinstance(decision, Adopt):
                 assert decision.cloud.cloud_id in owned_listed
-    for cloud_id in plan.cloud_ids_to_terminate:
+    for cloud_id in cloud_ids_to_terminate(plan):
         assert cloud_id in owned_listed

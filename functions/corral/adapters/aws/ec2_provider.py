@@ -45,6 +45,7 @@ EC2_STATES: Mapping[str, CloudState] = {
 SPOT_STATES: Mapping[str, SpotRequestState] = {s.value: s for s in SpotRequestState}
 # Instances that terminate() would still change (shutting-down ones are already going).
 _TERMINABLE = ["pending", "running", "stopping", "stopped"]
+_OURS_ANY = [*_TERMINABLE, "shutting-down", "terminated"]
 _OPEN_SPOT = ["open", "active"]
 # EC2 accepts up to 200 values per filter; TerminateInstances up to 1000 ids per call.
 FILTER_CHUNK = 200
@@ -146,20 +147,27 @@ class Ec2Provider:
                     found[request["SpotInstanceRequestId"]] = self._to_spot_request(request)
         return list(found.values())
 
-    def terminate(self, cloud_ids: Sequence[str]) -> None:
+    def terminate(self, cloud_ids: Sequence[str]) -> frozenset[str]:
         wanted = sorted(set(cloud_ids))
+        confirmed: set[str] = set()
         if not wanted:
-            return
+            return frozenset()
         for region in sorted({r for r, _, _ in self._scopes}):
-            confirmed: set[str] = set()
+            terminable: set[str] = set()
             for _, key, value in (s for s in self._scopes if s[0] == region):
                 for chunk in _chunks(wanted, FILTER_CHUNK):
-                    described = self._describe_instances(region, key, value, chunk, _TERMINABLE)
-                    confirmed.update(i["InstanceId"] for i in described)
-            for batch in _chunks(sorted(confirmed), TERMINATE_BATCH):
+                    described = self._describe_instances(region, key, value, chunk, _OURS_ANY)
+                    for instance in described:
+                        confirmed.add(instance["InstanceId"])
+                        if instance["State"]["Name"] in _TERMINABLE:
+                            terminable.add(instance["InstanceId"])
+            # A terminable one that vanished between the describe and the call is gone too:
+            # ours (described under our tag a moment ago) and confirmed either way.
+            for batch in _chunks(sorted(terminable), TERMINATE_BATCH):
                 self._call_skipping_gone(
                     region, "terminate_instances", "InstanceIds", batch, "InvalidInstanceID"
                 )
+        return frozenset(confirmed)
 
     def cancel_spot_requests(self, request_ids: Sequence[str]) -> None:
         wanted = sorted(set(request_ids))

@@ -209,24 +209,27 @@ class GceProvider:
     def list_spot_requests(self) -> list[SpotRequest]:
         return []  # GCE has no spot requests: a Spot VM is an instance
 
-    def terminate(self, cloud_ids: Sequence[str]) -> None:
+    def terminate(self, cloud_ids: Sequence[str]) -> frozenset[str]:
         from google.api_core import exceptions
 
         wanted = set(cloud_ids)
+        confirmed: set[str] = set()
         if not wanted:
-            return
+            return frozenset()
         instances, _ = self._clients()
         for project, key, value in self._scopes:
             for instance in self._aggregated(project, key, value):
                 if instance.name not in wanted:
                     continue
                 # Not waited on: deletion takes a minute; the next listing shows it going.
-                # NotFound: it went since we listed it.
+                # NotFound: it went since we listed it (ours, so confirmed all the same).
                 with contextlib.suppress(exceptions.NotFound):
                     instances.delete_unary(
                         project=project, zone=_short(instance.zone), instance=instance.name
                     )
                 wanted.discard(instance.name)
+                confirmed.add(instance.name)
+        return frozenset(confirmed)
 
     def cancel_spot_requests(self, request_ids: Sequence[str]) -> None:
         return None  # nothing to cancel on GCE

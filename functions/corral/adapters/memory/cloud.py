@@ -125,21 +125,29 @@ class SimulatedCloud:
                 if self._books.owns(r.tags)
             ]
 
-    def terminate(self, cloud_ids: Sequence[str]) -> None:
+    def terminate(self, cloud_ids: Sequence[str]) -> frozenset[str]:
         self.deliver_notices()
+        confirmed: set[str] = set()
         with self._lock:
             now = self._clock.now()
             self.api_calls["terminate"] += 1
             for cloud_id in cloud_ids:
                 instance = self._books.instances.get(cloud_id)
-                if instance is None or instance.settled or not self._books.owns(instance.tags):
-                    continue  # unknown, foreign or already terminated: silently skipped
+                if instance is None or not self._books.owns(instance.tags):
+                    continue  # unknown or foreign: silently skipped
+                if instance.settled:
+                    # Gone; confirmed only while still listed, as EC2 and GCE do.
+                    if instance in self._books.recent:
+                        confirmed.add(cloud_id)
+                    continue
+                confirmed.add(cloud_id)
                 if instance.stop_at is not None:
                     continue  # already shutting down
                 instance.stop_at = now
                 instance.gone_at = now + self.config.terminate_s
                 self._books.schedule_end(instance)
         self.deliver_notices()  # settles a termination that is immediate
+        return frozenset(confirmed)
 
     def cancel_spot_requests(self, request_ids: Sequence[str]) -> None:
         """An open request is cancelled; a filled one too, but its instance keeps running

@@ -83,32 +83,38 @@ def take_away(
     return requeued
 
 
-def terminate(ctx: Context, record: Instance, reason: str, kind: EventKind) -> bool:
-    """-> TERMINATING (written first), the cloud call, then -> TERMINATED with spend closed.
-    Safe to repeat: the cloud call is idempotent and a lost race just stops here."""
-    now = ctx.clock.now()
+def terminate(ctx: Context, terminating: Instance, kind: EventKind) -> bool:
+    """Write ``terminating`` (a record moved to TERMINATING by a decision's ``apply``,
+    conditionally on the version it was read at), call the cloud, then -> TERMINATED with
+    spend closed once the cloud confirms the instance is on its way out. Unconfirmed (the
+    call failed, or the cloud does not list it yet), the record stays TERMINATING and the
+    reconciler settles it from its next listing: terminated again while listed, TERMINATED
+    once gone. Returns False when the write lost a race (someone else moved the record)."""
+    if terminating.state is not InstanceState.TERMINATING:
+        raise ValueError(f"{terminating.id} is {terminating.state.value}, not TERMINATING")
+    reason = terminating.history[-1].reason
     try:
-        if record.state is not InstanceState.TERMINATING:
-            record = commit_one(
-                ctx.store, record.transition(InstanceState.TERMINATING, now, reason)
-            )
-        if record.cloud_id:
-            ctx.cloud.terminate([record.cloud_id])
+        record = commit_one(ctx.store, terminating)
+        ctx.store.append_events(
+            [Event(ctx.clock.now(), kind, reason, pool=record.pool, instance_id=record.id)]
+        )
         if record.spot_request_id:
             ctx.cloud.cancel_spot_requests([record.spot_request_id])
-        mark_terminated(ctx, record, "terminated by Corral: " + reason)
+        if record.cloud_id is None or record.cloud_id in ctx.cloud.terminate([record.cloud_id]):
+            confirmed = f"terminated by Corral: {reason}"
+            gone = record.transition(InstanceState.TERMINATED, ctx.clock.now(), confirmed)
+            mark_terminated(ctx, gone)
     except ConflictError:
         return False
-    ctx.store.append_events([Event(now, kind, reason, pool=record.pool, instance_id=record.id)])
     return True
 
 
-def mark_terminated(ctx: Context, record: Instance, reason: str) -> None:
-    """The cloud instance is gone: record it, requeue what ran there, close its spend."""
+def mark_terminated(ctx: Context, gone: Instance) -> None:
+    """The cloud instance is gone: write ``gone`` (the record moved to TERMINATED) with what
+    ran there moved off its GPUs (requeued or cancelled) and its spend closed, in one write."""
     now = ctx.clock.now()
-    gone = record.transition(InstanceState.TERMINATED, now, reason)
-    state = close_instance_spend(ctx.store.pool_state(record.pool), gone, now)
-    take_away(ctx, gone, reason, extra=[state])
+    state = close_instance_spend(ctx.store.pool_state(gone.pool), gone, now)
+    take_away(ctx, gone, gone.history[-1].reason, extra=[state])
 
 
 def wake_scheduler(ctx: Context, reason: str) -> None:
