@@ -163,6 +163,9 @@ run "${g[@]}" run services add-iam-policy-binding corral-api --region="$REGION" 
     --member="serviceAccount:$AGENT_SA" --role=roles/run.invoker
 
 # Delayed commands come back through the subscription's retry backoff (pubsub_queue.py).
+# Retention is set, not left to Eventarc's default: a day is ~150 retries at the longest
+# backoff (600 s), far longer than any delay a command asks for (there is no dead-letter topic:
+# a command that keeps failing is retried for the whole day, then dropped).
 for name in schedule scale-up spot-reconcile; do
     if [ "${DRY_RUN:-}" = "1" ]; then
         sub="eventarc-$REGION-corral-$name-000-sub-000"
@@ -170,7 +173,8 @@ for name in schedule scale-up spot-reconcile; do
         trigger=$("${g[@]}" functions describe "corral-$name" --gen2 --region="$REGION" --format='value(eventTrigger.trigger)')
         sub=$("${g[@]}" eventarc triggers describe "${trigger##*/}" --location="$REGION" --format='value(transport.pubsub.subscription)')
     fi
-    run "${g[@]}" pubsub subscriptions update "${sub##*/}" --min-retry-delay=10s --max-retry-delay=600s
+    run "${g[@]}" pubsub subscriptions update "${sub##*/}" --min-retry-delay=10s --max-retry-delay=600s \
+        --message-retention-duration=1d
 done
 
 # ---- 8. Timers (Cloud Scheduler publishes to the functions' topics) ---------------------------

@@ -4,23 +4,33 @@ Output contract (tested): a valid file prints ``ok`` then one summary line per p
 on stdout and exits 0; warnings go to stderr as ``warning: ...``. An invalid file prints one
 ``path: reason`` line per problem on stderr and exits 2; a problem with the file as a whole
 (missing, unreadable, YAML syntax) is printed as ``FILE: reason``.
+
+A cluster config may leave out what the deployment knows (AWS region, GCP project, zone, agent
+image, as a Determined master.yaml does): the values come from the options below or the
+environment the deployment uses (``AWS_REGION``, ``GOOGLE_CLOUD_PROJECT``, ...), and a warning
+says which value will be used and where it came from.
 """
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from corral.domain import catalog
 from corral.domain.config import (
     ClusterConfig,
     CommandConfig,
     ConfigError,
+    DeploymentDefaults,
     ExperimentConfig,
+    GcpProvider,
     ResourcePool,
     cluster_config_from_mapping,
+    defaults_from_env,
     expand_trials,
     format_duration,
     parse_yaml,
@@ -59,13 +69,25 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def _slot_word(pool: ResourcePool, instance_type: str) -> str:
+    """GPU, or "CPU slot" for a zero-GPU type that offers one (``cpu_slots_allowed``)."""
+    provider = pool.provider
+    if isinstance(provider, GcpProvider):
+        gpus: int | None = provider.instance_type_for(instance_type).gpus
+    else:
+        gpus = catalog.gpus_for("aws", instance_type)
+    return "CPU slot" if gpus == 0 and provider.cpu_slots_allowed else "GPU"
+
+
 def pool_summary(pool: ResourcePool) -> str:
     """``pool default: aws p3.8xlarge x 4 GPUs, 0..5 instances, spot with on-demand fallback,
     idle 5m``."""
     types: dict[str, int] = {}
     for offering in pool.offerings():
         types.setdefault(offering.instance_type, offering.slots)
-    shapes = ", ".join(f"{name} x {_plural(slots, 'GPU')}" for name, slots in types.items())
+    shapes = ", ".join(
+        f"{name} x {_plural(slots, _slot_word(pool, name))}" for name, slots in types.items()
+    )
     if not pool.is_spot:
         capacity = "on-demand"
     elif pool.on_demand_fallback:
@@ -101,13 +123,15 @@ def command_lines(config: CommandConfig) -> list[str]:
     ]
 
 
-def _check(file: Path, kind: Kind) -> tuple[list[str], list[str]]:
+def _check(
+    file: Path, kind: Kind, defaults: DeploymentDefaults | None = None
+) -> tuple[list[str], list[str]]:
     """(summary lines, warnings) for a valid file; raises ConfigError otherwise."""
     data = parse_yaml(read_source(file))
     if kind is Kind.AUTO:
         kind = guess_kind(data)
     if kind is Kind.CLUSTER:
-        loaded = cluster_config_from_mapping(data)
+        loaded = cluster_config_from_mapping(data, defaults)
         return cluster_lines(loaded.config), list(loaded.warnings)
     if kind is Kind.EXPERIMENT:
         return experiment_lines(validate(ExperimentConfig, data)), []
@@ -120,10 +144,38 @@ def validate_cmd(
     kind: Annotated[
         Kind, typer.Option("--kind", "-k", help="What the file is; auto guesses from its keys.")
     ] = Kind.AUTO,
+    region: Annotated[
+        str | None, typer.Option(help="AWS region for pools without one (else AWS_REGION).")
+    ] = None,
+    image_id: Annotated[
+        str | None,
+        typer.Option(help="Agent AMI for AWS pools without one (else CORRAL_AGENT_IMAGE_ID)."),
+    ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(help="GCP project for pools without one (else GOOGLE_CLOUD_PROJECT)."),
+    ] = None,
+    zone: Annotated[
+        str | None,
+        typer.Option(
+            help="GCE zone(s), comma-separated, for pools without one (else CORRAL_ZONE)."
+        ),
+    ] = None,
+    source_image: Annotated[
+        str | None,
+        typer.Option(help="Agent image for GCP pools without one (else CORRAL_AGENT_IMAGE)."),
+    ] = None,
 ) -> None:
     """Check a cluster, experiment or command config: print ok, or every problem (exit 2)."""
+    options = {
+        "aws_region": region,
+        "aws_image_id": image_id,
+        "gcp_project": project,
+        "gcp_zone": zone,
+        "gcp_image": source_image,
+    }
     try:
-        lines, warnings = _check(file, kind)
+        lines, warnings = _check(file, kind, defaults_from_env(os.environ, options))
     except ConfigError as exc:
         for problem in exc.problems:
             typer.echo(f"{problem.path or file}: {problem.reason}", err=True)

@@ -1,11 +1,25 @@
 """The cluster config as a deployed function reads it: from text its runtime hands over
-(an environment variable, an SSM parameter, a secret, a file), checked once per container."""
+(an environment variable, an SSM parameter, a secret, a file), checked once per container.
+
+Pools may leave out what the deployment knows, as Determined pools leave out what the master
+reads from its instance metadata: the AWS region (Lambda's ``AWS_REGION``), the GCP project
+(``GOOGLE_CLOUD_PROJECT``), and, when the deployment sets them, a zone (``CORRAL_ZONE``) and an
+agent image (``CORRAL_AGENT_IMAGE_ID`` / ``CORRAL_AGENT_IMAGE``). Each value filled in is logged
+as a warning naming where it came from.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 
-from corral.domain.config import ClusterConfig, ConfigError, load_cluster_config
+from corral.domain.config import (
+    ClusterConfig,
+    ConfigError,
+    defaults_from_env,
+    load_cluster_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -14,10 +28,14 @@ class CompositionError(RuntimeError):
     """The function's environment or cluster config cannot make a working Context."""
 
 
-def parse_cluster_config(text: str, source: str) -> ClusterConfig:
-    """Validate the config; a broken one stops the container with every problem named."""
+def parse_cluster_config(
+    text: str, source: str, env: Mapping[str, str] | None = None
+) -> ClusterConfig:
+    """Validate the config; a broken one stops the container with every problem named.
+    ``env`` holds the deployment's defaults (the process environment when None)."""
+    defaults = defaults_from_env(os.environ if env is None else env)
     try:
-        loaded = load_cluster_config(text)
+        loaded = load_cluster_config(text, defaults)
     except ConfigError as error:
         raise CompositionError(f"cluster config from {source} is invalid: {error}") from None
     for warning in loaded.warnings:

@@ -204,7 +204,7 @@ def test_aws_offerings_without_fallback_or_spot() -> None:
 
 
 def test_unknown_type_is_priced_zero_and_cpu_slots() -> None:
-    data = one_pool(instance_type="c5.xlarge", instance_slots=0, cpu_slots_allowed=True)
+    data = one_pool(instance_type="x9z.xlarge", instance_slots=0, cpu_slots_allowed=True)
     (offering,) = load_cluster_config(dump(data)).config.default_pool.offerings()
     assert (offering.slots, offering.hourly_price) == (1, 0.0)
 
@@ -261,7 +261,7 @@ def test_gcp_several_machine_types_and_preemptible_means_spot() -> None:
         (
             {"machine_type": "n1-standard-8", "gpu_type": "nvidia-tesla-a100", "gpu_num": 1},
             "instance_type.gpu_type: nvidia-tesla-a100 cannot be attached to n1-standard-8; use "
-            "a machine type that has it built in (a2, g2, a3, a4)",
+            "a machine type that has it built in (a2, g2, g4, a3, a4, a4x)",
         ),
         (
             {"machine_type": "n1-standard-8", "gpu_num": 2},
@@ -271,8 +271,8 @@ def test_gcp_several_machine_types_and_preemptible_means_spot() -> None:
             [{"machine_type": "n1-standard-8"}, {"gpu_type": "nvidia-tesla-x"}],
             "instance_type[1].gpu_type: must be 'nvidia-tesla-t4', 'nvidia-tesla-p4', "
             "'nvidia-tesla-p100', 'nvidia-tesla-v100', 'nvidia-tesla-k80', 'nvidia-tesla-a100', "
-            "'nvidia-a100-80gb', 'nvidia-l4', 'nvidia-h100-80gb', 'nvidia-h100-mega-80gb', "
-            "'nvidia-h200-141gb' or 'nvidia-b200'",
+            "'nvidia-a100-80gb', 'nvidia-l4', 'nvidia-rtx-pro-6000', 'nvidia-h100-80gb', "
+            "'nvidia-h100-mega-80gb', 'nvidia-h200-141gb', 'nvidia-b200' or 'nvidia-gb200'",
         ),
     ],
 )

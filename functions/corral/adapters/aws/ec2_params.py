@@ -153,6 +153,10 @@ def bootstrap_settings(
         auth="aws",
         default_api_url=default_api_url,
         aws_region=provider.region,
+        cloudwatch_log_group=provider.log_group,
+        agent_settings=(
+            {"cloudwatch_log_stream": provider.log_stream} if provider.log_stream else {}
+        ),
     )
 
 

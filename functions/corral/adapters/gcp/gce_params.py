@@ -167,6 +167,10 @@ def corral_body(
     }
     if provider.network_tags:
         body["tags"] = {"items": list(provider.network_tags)}
+    if provider.boot_disk_type:
+        body["disks"][0]["initializeParams"]["diskType"] = (
+            f"zones/{zone}/diskTypes/{provider.boot_disk_type}"
+        )
     machine = catalog.lookup_gcp_machine(entry.machine_type)
     if entry.gpu_type and entry.gpu_num and not (machine is not None and machine.gpus):
         body["guestAccelerators"] = [

@@ -6,6 +6,11 @@ Public API: import from ``corral.domain.config``; the submodules are an implemen
 from corral.domain.config.aws import AwsNetworkInterface, AwsProvider, AwsTag
 from corral.domain.config.cluster import ClusterConfig, Provider, ResourcePool
 from corral.domain.config.common import CommonProvider, Ownership
+from corral.domain.config.deployment import (
+    DeploymentDefaults,
+    DeploymentValue,
+    defaults_from_env,
+)
 from corral.domain.config.durations import (
     Duration,
     PositiveDuration,
@@ -69,6 +74,8 @@ __all__ = [
     "CommonProvider",
     "ConfigError",
     "ConstHP",
+    "DeploymentDefaults",
+    "DeploymentValue",
     "DoubleHP",
     "Duration",
     "Environment",
@@ -94,6 +101,7 @@ __all__ = [
     "SharedFsStorage",
     "cluster_config_from_mapping",
     "command_job",
+    "defaults_from_env",
     "expand_trials",
     "format_duration",
     "load_cluster_config",

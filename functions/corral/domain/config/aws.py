@@ -26,6 +26,8 @@ from corral.domain.offerings import CapacityType, Offering
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 _AMI = re.compile(r"^ami-[0-9a-f]{8,17}$")
 _INSTANCE_PROFILE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:instance-profile/[\w+=,.@/-]+$")
+_LOG_GROUP = re.compile(r"^[\w./#-]{1,512}$")  # CloudWatch Logs' rule for group names
+_LOG_STREAM = re.compile(r"^[^:*]{1,512}$")
 
 
 def _prefixed(prefix: str, what: str) -> AfterValidator:
@@ -82,6 +84,10 @@ class AwsProvider(CommonProvider):
     spot_max_price: Decimal | None = Field(default=None, gt=0)
     custom_tags: tuple[AwsTag, ...] = ()
     cpu_slots_allowed: bool = False
+    # CloudWatch Logs group the agents copy trial logs to (their role must be allowed to write
+    # there), and the stream name Determined used for all agents (passed on to the agent).
+    log_group: str | None = None
+    log_stream: str | None = None
 
     @field_validator("region")
     @classmethod
@@ -102,6 +108,22 @@ class AwsProvider(CommonProvider):
     def _tag_key(cls, value: str) -> str:
         if value.lower().startswith("aws:"):
             raise field_error("must not start with 'aws:' (reserved by AWS)")
+        return value
+
+    @field_validator("log_group")
+    @classmethod
+    def _log_group(cls, value: str | None) -> str | None:
+        if value is not None and not _LOG_GROUP.match(value):
+            raise field_error(
+                "must be a CloudWatch Logs group name (letters, digits, '_', '-', '/', '.', '#')"
+            )
+        return value
+
+    @field_validator("log_stream")
+    @classmethod
+    def _log_stream(cls, value: str | None) -> str | None:
+        if value is not None and not _LOG_STREAM.match(value):
+            raise field_error("must be a CloudWatch Logs stream name (no ':' or '*')")
         return value
 
     @field_validator("iam_instance_profile_arn")

@@ -33,10 +33,12 @@ GpuType = Literal[
     "nvidia-tesla-a100",
     "nvidia-a100-80gb",
     "nvidia-l4",
+    "nvidia-rtx-pro-6000",
     "nvidia-h100-80gb",
     "nvidia-h100-mega-80gb",
     "nvidia-h200-141gb",
     "nvidia-b200",
+    "nvidia-gb200",
 ]
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
@@ -46,6 +48,7 @@ _NAME_PREFIX = re.compile(r"^[a-z][-a-z0-9]{0,49}$")  # room for the suffix GCE 
 _ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 _PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _NETWORK_TAG = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DISK_TYPE = re.compile(r"^[a-z][-a-z0-9]{0,62}$")
 
 LABEL_RULE = "lowercase letters, digits, '_' and '-', at most 63 characters"
 
@@ -86,7 +89,9 @@ class GcpServiceAccount(FrozenModel):
 
 
 class GcpInstanceType(FrozenModel):
-    """A machine type with its GPUs: attached (N1) or built in (A2, G2, A3, A4)."""
+    """A machine type with its GPUs: attached (N1, predefined or custom) or built in (A2, G2,
+    G4, A3, A4, A4X). ``gpu_num: 0`` means no GPUs, whatever ``gpu_type`` says (as in
+    Determined, whose renders name the GPU type of a CPU pool with ``gpu_num: 0``)."""
 
     machine_type: str = "n1-standard-32"
     gpu_type: GpuType | None = None
@@ -111,19 +116,25 @@ class GcpInstanceType(FrozenModel):
             if self.gpu_num:
                 yield rule_error("gpu_type", "required when gpu_num is set")
             return
+        if self.gpu_num == 0:
+            return  # no GPUs attached: gpu_type is only a name here
         gpu = catalog.GCP_GPUS[self.gpu_type]
         if self.gpu_num not in gpu.allowed_counts:
             counts = [str(n) for n in gpu.allowed_counts]
             allowed = counts[0] if len(counts) == 1 else f"{', '.join(counts[:-1])} or {counts[-1]}"
             yield rule_error("gpu_num", f"must be {allowed} for {self.gpu_type} (GCE limit)")
-        if self.machine_type.startswith("n1-") and not gpu.attachable_to_n1:
+        n1 = catalog.takes_attached_gpus(self.machine_type)
+        if n1 and not gpu.attachable_to_n1:
             yield rule_error(
                 "gpu_type",
                 f"{self.gpu_type} cannot be attached to {self.machine_type}; use a machine "
-                "type that has it built in (a2, g2, a3, a4)",
+                "type that has it built in (a2, g2, g4, a3, a4, a4x)",
             )
-        elif not self.machine_type.startswith("n1-") and gpu.attachable_to_n1:
-            yield rule_error("gpu_type", f"GCE attaches {self.gpu_type} to N1 machine types only")
+        elif not n1 and gpu.attachable_to_n1:
+            yield rule_error(
+                "gpu_type",
+                f"GCE attaches {self.gpu_type} to N1 machine types only (n1-*, custom-*)",
+            )
 
     @property
     def gpus(self) -> int:
@@ -134,13 +145,13 @@ class GcpInstanceType(FrozenModel):
         machine = catalog.lookup_gcp_machine(self.machine_type)
         if machine is not None and machine.gpus:
             return machine.gpu_model
-        return self.gpu_type
+        return self.gpu_type if self.gpu_num else None
 
     @property
     def offering_name(self) -> str:
         """``machine_type``, or ``machine_type+<n>x<gpu_type>`` when GPUs are attached."""
         machine = catalog.lookup_gcp_machine(self.machine_type)
-        if self.gpu_type is None or (machine is not None and machine.gpus):
+        if self.gpu_type is None or not self.gpu_num or (machine is not None and machine.gpus):
             return self.machine_type
         return f"{self.machine_type}+{self.gpu_num}x{self.gpu_type}"
 
@@ -156,6 +167,9 @@ class GcpProvider(CommonProvider):
     ]
     boot_disk_size: int = Field(default=200, ge=100)
     boot_disk_source_image: str
+    # A GCE disk type (pd-balanced, pd-ssd, hyperdisk-balanced, ...); Determined's spelling as a
+    # URL (projects/p/zones/z/diskTypes/pd-ssd) is accepted. None: GCE's default.
+    boot_disk_type: str | None = None
     base_config: dict[str, Any] = Field(default_factory=dict)  # merged into the insert body
     label_key: Annotated[str, AfterValidator(check_label_key)] = "managed-by"
     label_value: Annotated[str, AfterValidator(check_label_value)] = "corral"
@@ -169,6 +183,7 @@ class GcpProvider(CommonProvider):
     ] = (GcpInstanceType(gpu_type="nvidia-tesla-v100", gpu_num=4),)
     operation_timeout_period: PositiveDuration = 300.0
     spot: bool = False
+    cpu_slots_allowed: bool = False  # a zero-GPU machine offers one CPU slot
 
     @field_validator("project")
     @classmethod
@@ -193,6 +208,16 @@ class GcpProvider(CommonProvider):
         if not value.strip():
             raise field_error("must not be empty")
         return value
+
+    @field_validator("boot_disk_type")
+    @classmethod
+    def _disk_type(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        name = value.rstrip("/").rsplit("/", 1)[-1]  # Determined keeps only the last part
+        if not _DISK_TYPE.match(name):
+            raise field_error(f"must be a GCE disk type such as pd-ssd, got {value!r}")
+        return name
 
     @field_validator("label_value")
     @classmethod
@@ -235,6 +260,12 @@ class GcpProvider(CommonProvider):
                 return entry
         raise KeyError(offering_name)
 
+    def slots_for(self, entry: GcpInstanceType) -> int:
+        """GPUs of one shape; a zero-GPU shape offers one CPU slot with ``cpu_slots_allowed``."""
+        if entry.gpus == 0 and self.cpu_slots_allowed:
+            return 1
+        return entry.gpus
+
     def offerings(self) -> list[Offering]:
         found: list[Offering] = []
         for entry in self.instance_type:
@@ -247,5 +278,6 @@ class GcpProvider(CommonProvider):
                         entry.gpus,
                         cap is CapacityType.SPOT,
                     )
-                    found.append(Offering(entry.offering_name, zone, cap, entry.gpus, price or 0.0))
+                    slots = self.slots_for(entry)
+                    found.append(Offering(entry.offering_name, zone, cap, slots, price or 0.0))
         return sorted(found, key=lambda o: 0 if o.is_spot else 1)

@@ -9,12 +9,16 @@ Determined / PEDL                                      Corral
                                                        is ``{type: aws, <fields>}``
 top-level ``provider: {type: ..., <fields>}``          one pool ``default`` with that provider
 ``resource_pools[].pool_name``                         ``resource_pools[].name`` (both accepted)
-``resource_manager.default_compute_resource_pool``     ``default_resource_pool``
+``resource_manager.default_compute_resource_pool``     ``default_resource_pool`` (also the older
+                                                       ``default_gpu_resource_pool``)
 ``instance_type.preemptible`` (GCP)                    means a Spot VM (same field, kept)
 other Determined master keys (``port``, ``db``, ...)   ignored, with a warning each
-provider ``launch_error_timeout``                      ignored, with a warning
+provider ``launch_error_timeout``, ...                 ignored, with a warning each
 =====================================================  =========================================
 
+Provider values Determined reads differently (``""`` meaning unset, ``master_url`` hosts from
+instance metadata, spot pools without on-demand fallback) are converted by ``determined.py``;
+fields the deployment knows (region, project, zone, image) are filled by ``deployment.py``.
 Everything else keeps Determined's name and meaning. The conversion works on the plain mapping
 before validation and returns the paths it moved, so a problem is reported where the user
 wrote it (``provisioner.region``), not where we moved it.
@@ -26,17 +30,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.domain.config import determined
+from corral.domain.config.deployment import DeploymentDefaults, fill_defaults
 from corral.domain.config.errors import Problem
 
 # Determined master settings Corral has no use for: there is no master to configure.
 IGNORED_TOP_LEVEL = frozenset(
     {
-        "additional_resource_managers", "cache", "checkpoint_storage", "cluster_name",
-        "config_file", "db", "enable_cors", "feature_switches", "hpimportance",
-        "initial_user_password", "integrations", "internal", "log", "logging",
-        "notebook_timeout", "observability", "port", "profiling", "reserved_ports",
-        "resource_manager", "root", "scheduler", "security", "task_container_defaults",
-        "telemetry", "tensorboard_timeout", "tls", "webhooks",
+        "__internal", "additional_resource_managers", "cache", "checkpoint_storage",
+        "cluster_name", "config_file", "db", "det_cloud", "enable_cors", "feature_switches",
+        "hpimportance", "initial_user_password", "integrations", "internal", "launch_error",
+        "log", "logging", "notebook_timeout", "observability", "oidc", "port", "profiling",
+        "reserved_ports", "resource_manager", "retention_policy", "root", "saml", "scheduler",
+        "scim", "security", "task_container_defaults", "telemetry", "tensorboard_timeout",
+        "tls", "ui_customization", "webhooks",
     }
 )  # fmt: skip
 IGNORED_POOL_KEYS = frozenset(
@@ -47,18 +54,40 @@ IGNORED_POOL_KEYS = frozenset(
     }
 )  # fmt: skip
 IGNORED_PROVIDER_KEYS = frozenset(
-    {"agent_fluent_image", "launch_error_timeout", "master_cert_name"}
-)
+    {
+        "agent_config_file_contents", "agent_fluent_image", "cpu_slots", "launch_error_timeout",
+        "master_cert_name", "use_cloud_logging",
+    }
+)  # fmt: skip
 
 _HINTS = {
+    "agent_config_file_contents": (
+        "Determined agent settings; Corral's agents are configured by the bootstrap, and their "
+        "dead man's switch shuts down an instance that loses the control plane"
+    ),
+    "agent_fluent_image": "Corral's agents ship trial logs to the control plane themselves",
     "checkpoint_storage": "set checkpoint_storage in each experiment config",
+    "cpu_slots": (
+        "not a Determined field: its GCP render writes it and Determined ignores it; "
+        "cpu_slots_allowed is the setting"
+    ),
+    "launch_error": (
+        "Determined master setting; a Corral launch that keeps failing fails its record after "
+        "launch_error_retries"
+    ),
     "launch_error_timeout": (
         "Corral never leaves a pool stopped: launch errors back it off (30 min at most) "
         "and an open boot breaker lets a launch through after an hour"
     ),
     "scheduler": "Corral's scheduler has no settings",
     "task_container_defaults": "set environment and bind_mounts in each experiment config",
+    "use_cloud_logging": (
+        "trial logs are kept by the control plane (corral trial logs); Corral's agents have no "
+        "Cloud Logging driver"
+    ),
 }
+# Keys that make a document a Determined master.yaml (not a Corral cluster config).
+_DETERMINED_MARKS = IGNORED_TOP_LEVEL | {"provisioner", "provider"}
 
 
 @dataclass
@@ -73,6 +102,8 @@ class Normalized:
     # A Determined block stood for the pools but could not be read: "resource_pools: required"
     # would only repeat that problem.
     pools_reported: bool = False
+    # Why a field the deployment could have filled is required (replaces a bare "required").
+    required_because: dict[str, str] = field(default_factory=dict)
 
     def original_path(self, path: str) -> str:
         for new, old in self.moved:
@@ -86,10 +117,24 @@ def _ignored(path: str, key: str) -> str:
     return f"{path}: ignored ({hint})"
 
 
-def normalize_cluster(data: Mapping[str, Any]) -> Normalized:
-    """Convert a Determined/PEDL ``master.yaml`` mapping; a Corral config passes unchanged."""
+def is_determined(data: Mapping[str, Any]) -> bool:
+    """A Determined master.yaml: a master key, a ``provisioner``/``provider`` block, or pools
+    named with ``pool_name``."""
+    pools = data.get("resource_pools")
+    named = isinstance(pools, list) and any(
+        isinstance(p, Mapping) and "pool_name" in p for p in pools
+    )
+    return named or bool(set(data) & _DETERMINED_MARKS)
+
+
+def normalize_cluster(
+    data: Mapping[str, Any], defaults: DeploymentDefaults | None = None
+) -> Normalized:
+    """Convert a Determined/PEDL ``master.yaml`` mapping; a Corral config passes unchanged but
+    for the deployment's ``defaults`` and unset (``""``/``null``) provider values."""
     out = Normalized(data=dict(data))
     d = out.data
+    imported = is_determined(data)
     for key in ("provisioner", "provider"):
         if key not in d:
             continue
@@ -117,8 +162,15 @@ def normalize_cluster(data: Mapping[str, Any]) -> Normalized:
         del d[key]
     pools = d.get("resource_pools")
     if isinstance(pools, list):
-        d["resource_pools"] = [_pool(i, p, out) for i, p in enumerate(pools)]
+        context = _Context(defaults or DeploymentDefaults(), imported)
+        d["resource_pools"] = [_pool(i, p, out, context) for i, p in enumerate(pools)]
     return out
+
+
+@dataclass(frozen=True)
+class _Context:
+    defaults: DeploymentDefaults
+    imported: bool  # the document is a Determined master.yaml
 
 
 def _resource_manager(d: dict[str, Any], out: Normalized) -> None:
@@ -126,19 +178,18 @@ def _resource_manager(d: dict[str, Any], out: Normalized) -> None:
     if not isinstance(rm, Mapping):
         return
     rm = dict(rm)
-    compute = rm.pop("default_compute_resource_pool", None)
-    if isinstance(compute, str) and "default_resource_pool" not in d:
-        d["default_resource_pool"] = compute
-        out.moved.append(
-            ("default_resource_pool", "resource_manager.default_compute_resource_pool")
-        )
+    for key in ("default_compute_resource_pool", "default_gpu_resource_pool"):
+        compute = rm.pop(key, None)
+        if isinstance(compute, str) and "default_resource_pool" not in d:
+            d["default_resource_pool"] = compute
+            out.moved.append(("default_resource_pool", f"resource_manager.{key}"))
     if rm.get("type", "agent") == "agent":
         rm.pop("type", None)
     for key in sorted(rm):
         out.warnings.append(_ignored(f"resource_manager.{key}", key))
 
 
-def _pool(index: int, pool: object, out: Normalized) -> object:
+def _pool(index: int, pool: object, out: Normalized, context: _Context) -> object:
     if not isinstance(pool, Mapping):
         return pool
     pool = dict(pool)
@@ -148,17 +199,34 @@ def _pool(index: int, pool: object, out: Normalized) -> object:
     provider = pool.get("provider")
     if isinstance(provider, Mapping):
         provider = dict(provider)
+        at = f"resource_pools[{index}].provider"
+        prefix = out.original_path(at)
         for key in sorted(set(provider) & IGNORED_PROVIDER_KEYS):
-            prefix = out.original_path(f"resource_pools[{index}].provider")
             out.warnings.append(_ignored(f"{prefix}.{key}", key))
             del provider[key]
+        determined.drop_unset(provider)
+        out.warnings += determined.metadata_master_url(provider, prefix)
+        out.warnings += determined.log_stream_note(provider, prefix)
+        out.warnings += determined.unused_agent_image(provider, prefix)
+        if context.imported:
+            out.warnings += determined.keep_spot_only(provider, prefix)
+        filled = fill_defaults(provider, prefix, context.defaults)
+        out.warnings += filled.warnings
+        for key, reason in filled.missing.items():
+            out.required_because[f"{at}.{key}"] = reason
         pool["provider"] = provider
     return pool
 
 
 def problems_at_original_paths(problems: list[Problem], norm: Normalized) -> list[Problem]:
     """The conversion's problems, then the validation ``problems`` where the user wrote them."""
-    moved = [Problem(norm.original_path(p.path), p.reason) for p in problems]
+    moved = [
+        Problem(
+            norm.original_path(p.path),
+            norm.required_because.get(p.path, p.reason) if p.reason == "required" else p.reason,
+        )
+        for p in problems
+    ]
     if norm.pools_reported:
         moved = [p for p in moved if p != Problem("resource_pools", "required")]
     return [*norm.problems, *moved]

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from corral.domain.config.cluster import ClusterConfig
+from corral.domain.config.deployment import DeploymentDefaults
 from corral.domain.config.errors import ConfigError, Problem, problems_from_validation_error
 from corral.domain.config.experiment import CommandConfig, ExperimentConfig
 from corral.domain.config.legacy import normalize_cluster, problems_at_original_paths
@@ -102,10 +103,14 @@ def validate(model: type[M], data: Mapping[str, Any]) -> M:
         raise ConfigError(problems_from_validation_error(exc, data)) from None
 
 
-def cluster_config_from_mapping(data: Mapping[str, Any]) -> LoadedConfig:
+def cluster_config_from_mapping(
+    data: Mapping[str, Any], defaults: DeploymentDefaults | None = None
+) -> LoadedConfig:
     """A cluster config from a parsed mapping; ConfigError lists every problem found at once
-    (the Determined conversion's, field errors, and every rule that could be checked)."""
-    norm = normalize_cluster(data)
+    (the Determined conversion's, field errors, and every rule that could be checked).
+    ``defaults`` fill what the pools leave out and the deployment knows (region, project, ...);
+    the caller reads them, so this stays free of I/O."""
+    norm = normalize_cluster(data, defaults)
     problems: list[Problem] = []
     try:
         config = ClusterConfig.model_validate(norm.data)
@@ -117,9 +122,11 @@ def cluster_config_from_mapping(data: Mapping[str, Any]) -> LoadedConfig:
     return LoadedConfig(config, tuple(norm.warnings))
 
 
-def load_cluster_config(source: str | Path) -> LoadedConfig:
+def load_cluster_config(
+    source: str | Path, defaults: DeploymentDefaults | None = None
+) -> LoadedConfig:
     """A cluster config (Corral's or a Determined/PEDL ``master.yaml``) with its warnings."""
-    return cluster_config_from_mapping(parse_yaml(read_source(source)))
+    return cluster_config_from_mapping(parse_yaml(read_source(source)), defaults)
 
 
 def load_experiment_config(source: str | Path) -> ExperimentConfig:
