@@ -82,3 +82,17 @@ def test_importing_a_handler_builds_nothing() -> None:
 
     assert {idle_reap.__name__, scale_up.__name__, schedule.__name__, spot_reconcile.__name__}
     assert composition.build_context.cache_info().currsize == 0
+
+
+def test_the_deployment_defaults_come_from_the_env_the_composition_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pool without a region takes the deployment's: the env handed to the composition,
+    not whatever the process environment happens to hold."""
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    no_region = YAML.replace("region: us-east-1, ", "")
+    env = {composition.CONFIG_ENV: no_region, "AWS_REGION": "eu-west-1"}
+    config = composition.cluster_config(env, lambda name: "")
+    (pool,) = config.resource_pools
+    assert {o.location for o in pool.offerings()} == {"eu-west-1"}

@@ -111,7 +111,7 @@ def cluster_config(env: Mapping[str, str], read_parameter: ParameterReader) -> C
             raise CompositionError(f"set {CONFIG_ENV} (the config) or {CONFIG_PARAMETER_ENV}")
         source = f"SSM parameter {name}"
         text = read_parameter(name)
-    return parse_cluster_config(text, source)
+    return parse_cluster_config(text, source, env)
 
 
 def _check_pools(config: ClusterConfig, env: Mapping[str, str]) -> None:

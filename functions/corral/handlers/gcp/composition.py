@@ -110,7 +110,7 @@ def cluster_config(env: Mapping[str, str]) -> ClusterConfig:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as error:
             raise CompositionError(f"cannot read the cluster config at {path}: {error}") from None
-    return parse_cluster_config(text, source)
+    return parse_cluster_config(text, source, env)
 
 
 def check_pools(config: ClusterConfig, env: Mapping[str, str]) -> None:
