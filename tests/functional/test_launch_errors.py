@@ -39,6 +39,7 @@ SPOT_POOL_YAML = (
       instance_type: g5.xlarge
       spot: true
       on_demand_fallback: true
+      on_demand_fallback_after: 0s  # at once: these tests follow one launch's path
       network_interface:
         subnet_id: [{first}, {second}]
       tag_key: {tag_key}

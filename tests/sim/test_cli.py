@@ -16,7 +16,8 @@ KEYS = [
     "policy", "jobs", "completed", "cost_usd", "oracle_cost_usd", "cost_ratio",
     "wait_p50_s", "wait_p95_s", "wait_max_s", "gpu_hours_used", "gpu_hours_paid",
     "idle_gpu_hours", "instances_launched", "spot_interruptions", "lost_gpu_hours",
-    "launch_failures",
+    "launch_failures", "on_demand_share", "idle_boot_gpu_hours", "idle_gang_gpu_hours",
+    "idle_reaping_gpu_hours", "idle_fragmented_gpu_hours",
 ]  # fmt: skip
 
 
@@ -37,6 +38,8 @@ def test_table_without_json() -> None:
     code, out, _ = sim("--trace", TRACE, "--config", CONFIG, "--seed", "3")
     assert code == 0
     assert "cost_ratio" in out and "wait_p95_s" in out
+    assert "idle_fragmented_gpu_hours" in out
+    assert "on_demand_share" in out and "%" in out  # a share, shown as a percentage
 
 
 def test_bad_trace_rows_exit_2_with_line_numbers(tmp_path: Path) -> None:

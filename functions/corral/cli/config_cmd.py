@@ -90,10 +90,13 @@ def pool_summary(pool: ResourcePool) -> str:
     )
     if not pool.is_spot:
         capacity = "on-demand"
-    elif pool.on_demand_fallback:
+    elif pool.on_demand_fallback_after_s is None:
+        capacity = "spot"  # on_demand_fallback: false, or on_demand_fallback_after: never
+    elif pool.on_demand_fallback_after_s == 0:
         capacity = "spot with on-demand fallback"
     else:
-        capacity = "spot"
+        wait = format_duration(pool.on_demand_fallback_after_s)
+        capacity = f"spot with on-demand fallback after {wait}"
     return (
         f"pool {pool.name}: {pool.cloud} {shapes}, "
         f"{pool.min_instances}..{pool.max_instances} instances, {capacity}, "

@@ -126,6 +126,7 @@ def sim(
 
 
 _UNITS = {"cost_usd": "$", "oracle_cost_usd": "$"}
+_SHARES = frozenset({"on_demand_share"})  # 0 to 1 in JSON, a percentage in the table
 
 
 def _table(figures: dict[str, object], skipped: str) -> None:
@@ -135,7 +136,9 @@ def _table(figures: dict[str, object], skipped: str) -> None:
     for key, value in figures.items():
         if key == "policy":
             continue
-        if isinstance(value, float):
+        if key in _SHARES and isinstance(value, float):
+            text = f"{value:.1%}"
+        elif isinstance(value, float):
             text = f"{_UNITS.get(key, '')}{value:,.2f}"
         else:
             text = f"{value:,}" if isinstance(value, int) else str(value)

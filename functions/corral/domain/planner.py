@@ -16,6 +16,9 @@ Demand the scheduler could not place is matched, in order, against:
    Entirely free agents of that type (existing, or coming with unclaimed room) count first;
    only the rest is bought, and a gang partly covered by launches on their way keeps the
    agents it counts on reserved (or gets the instances it lost).
+On-demand offerings of a spot pool (fallback capacity) are planned for a trial only once it
+has waited the pool's ``on_demand_fallback_after`` for spot (``corral.domain.fallback``);
+until then a trial no spot offering can serve waits, and its pending reason says until when.
 Step 1 makes planning idempotent: the same demand, planned again, launches nothing. The
 count is clamped to ``max_instances`` (a gang that cannot get every instance launches none)
 and to the monthly budget; ``min_instances`` is topped up with the cheapest offering.
@@ -29,6 +32,12 @@ from dataclasses import dataclass, field
 
 from corral.domain.backoff import blocked_reason as pool_blocked_reason
 from corral.domain.cost import BUDGET_LOOKAHEAD_H, budget_allows
+from corral.domain.fallback import (
+    allowed_offerings,
+    no_fallback_setting,
+    queued_waits_for_spot,
+    spot_wait_reason,
+)
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.offerings import Offering
 from corral.domain.packing import Bin, BinIndex, Parts
@@ -142,13 +151,27 @@ class _Buyer:
     headroom: int
     burn_usd_per_hour: float
     month_to_date_usd: float
-    offerings: list[Offering]
+    offerings: list[Offering]  # every offering the cloud has not recently refused
+    now: float = 0.0
     bought: dict[str, Offering] = field(default_factory=dict)
     demand: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     under_pressure: bool = False
     room_needed: int = 0  # the largest shortfall under max_instances a refusal met
 
-    def choose(self, slots: int, behind: Counter[int]) -> Offering | None:
+    def for_trial(self, trial: Trial) -> list[Offering]:
+        """The offerings that may be bought for ``trial`` now: fallback (on-demand)
+        offerings only once it has waited the pool's on_demand_fallback_after."""
+        return allowed_offerings(self.pool, self.offerings, [trial], self.now)
+
+    def held_back(self, allowed: Sequence[Offering]) -> bool:
+        """True when fallback offerings the cloud would take are withheld (``allowed`` is
+        what a trial may get) and no spot offering is left: the trial waits for spot."""
+        spot_left = any(o.is_spot for o in allowed)
+        return not spot_left and len(allowed) < len(self.offerings)
+
+    def choose(
+        self, slots: int, behind: Counter[int], offerings: Sequence[Offering]
+    ) -> Offering | None:
         """Cheapest offering per useful GPU for this trial and the demand behind it.
 
         Under arrival pressure (the pool launched for demand within ``PRESSURE_WINDOW_S``)
@@ -159,7 +182,7 @@ class _Buyer:
         for the burst at no higher price). Otherwise, right-size: an 8-GPU instance is no
         bargain for one 1-GPU trial when nothing else is coming.
         """
-        fits = [o for o in self.offerings if o.slots >= max(slots, 1)]
+        fits = [o for o in offerings if o.slots >= max(slots, 1)]
         if not fits:
             return None  # a gang over several instances: see _buy_gang
         if self.under_pressure:
@@ -193,12 +216,14 @@ class _Buyer:
         if self.headroom < count:
             self.room_needed = max(self.room_needed, count - self.headroom)
 
-    def gang_options(self, index: BinIndex, slots: int) -> list[tuple[Offering, list[Bin], int]]:
+    def gang_options(
+        self, index: BinIndex, slots: int, offerings: Sequence[Offering]
+    ) -> list[tuple[Offering, list[Bin], int]]:
         """Ways to cover a gang with one instance type, best first: (offering, entirely free
         bins of its type to use, instances to buy). Fewest instances in all, then the
         cheapest to buy, then spot, then the pool's order of offerings."""
         options: list[tuple[tuple[int, float, bool, int], Offering, list[Bin], int]] = []
-        for n, offering in enumerate(self.offerings):
+        for n, offering in enumerate(offerings):
             if offering.slots <= 0:
                 continue
             needed = instances_needed(slots, offering)
@@ -246,12 +271,20 @@ def plan_pool(
     claimed: Counter[str] = Counter()
     launched_for: dict[str, list[tuple[Instance, int]]] = {}
     unserved: set[str] = set()
+    by_id = {t.id: t for t in unplaced}
     for inst in starting.values():
         for trial_id, gpus in inst.planned_for:
             if trial_id in waiting:
                 claimed[inst.id] += gpus
                 if trial_id not in unserved:
                     reasons[trial_id] = _starting_reason(inst, blocked)
+                    if blocked is None and inst.state is InstanceState.QUEUED:
+                        trial = by_id[trial_id]
+                        # A capacity refusal sent it back to QUEUED with a new attempt
+                        # that does not count as a launch failure.
+                        refused = inst.attempt > inst.launch_failures
+                        if queued_waits_for_spot(pool, inst.offering, refused, trial, now):
+                            reasons[trial_id] = spot_wait_reason(pool, trial)
                 launched_for.setdefault(trial_id, []).append((inst, gpus))
                 if blocked is not None and inst.state is InstanceState.QUEUED:
                     unserved.add(trial_id)  # its launch waits for the pool to unblock
@@ -276,6 +309,7 @@ def plan_pool(
         burn_usd_per_hour=sum(i.offering.hourly_price for i in live),
         month_to_date_usd=month_to_date_usd,
         offerings=[o for o in pool.offerings() if state.capacity.is_available(o.key, now)],
+        now=now,
         under_pressure=under_pressure(live, now),
     )
     used: set[str] = set(claimed)
@@ -346,9 +380,12 @@ def _buy_for(
         return None, blocked
     if not buyer.offerings:
         return None, _no_offering_reason(buyer.pool)
-    offering = buyer.choose(trial.slots, behind)
+    allowed = buyer.for_trial(trial)
+    if buyer.held_back(allowed):
+        return None, spot_wait_reason(buyer.pool, trial)
+    offering = buyer.choose(trial.slots, behind, allowed)
     if offering is None:
-        return _buy_gang(buyer, index, trial)
+        return _buy_gang(buyer, index, trial, allowed)
     refusal = buyer.refusal(offering)
     if refusal is not None:
         buyer.note_short(1)
@@ -361,10 +398,13 @@ def _buy_for(
     return parts, ""
 
 
-def _buy_gang(buyer: _Buyer, index: BinIndex, trial: Trial) -> tuple[Parts | None, str]:
-    """A trial larger than any one offering: the fewest instances of one type that the pool
-    may still buy, then the cheapest, counting entirely free agents of that type first."""
-    options = buyer.gang_options(index, trial.slots)
+def _buy_gang(
+    buyer: _Buyer, index: BinIndex, trial: Trial, allowed: Sequence[Offering]
+) -> tuple[Parts | None, str]:
+    """A trial larger than any one offering it may get: the fewest instances of one type that
+    the pool may still buy, then the cheapest, counting entirely free agents of that type
+    first."""
+    options = buyer.gang_options(index, trial.slots, allowed)
     first_refusal = ""
     for offering, reuse, new in options:
         refusal = buyer.refusal(offering, new) if new else None
@@ -388,7 +428,8 @@ def _complete_gang(
     """The part of a gang its launches on their way do not cover: on entirely free agents of
     their instance type, else on new ones of that type."""
     kind = launched.offering.instance_type
-    same = [o for o in buyer.offerings if o.instance_type == kind]
+    allowed = buyer.for_trial(trial)
+    same = [o for o in allowed if o.instance_type == kind]
     offering = launched.offering if launched.offering in same else next(iter(same), None)
     needed = instances_needed(rest, launched.offering)
     reuse = index.fully_free_of(kind)[:needed]
@@ -397,6 +438,8 @@ def _complete_gang(
         return index.take_whole(reuse, rest), ""
     if blocked is not None:
         return None, blocked
+    if offering is None and len(allowed) < len(buyer.offerings):
+        return None, spot_wait_reason(buyer.pool, trial)
     if offering is None:
         return None, (
             f"{_no_offering_reason(buyer.pool)}: the trial needs "
@@ -450,9 +493,11 @@ def _starting_reason(inst: Instance, blocked: str | None) -> str:
 
 def _top_up_min(buyer: _Buyer, live_count: int) -> None:
     missing = buyer.pool.min_instances - live_count - len(buyer.bought)
-    if missing <= 0 or not buyer.offerings:
+    # Capacity for no trial waits for spot (unless the pool falls back at once).
+    offerings = allowed_offerings(buyer.pool, buyer.offerings, [], buyer.now)
+    if missing <= 0 or not offerings:
         return
-    cheapest = min(buyer.offerings, key=lambda o: (o.hourly_price, not o.is_spot))
+    cheapest = min(offerings, key=lambda o: (o.hourly_price, not o.is_spot))
     for _ in range(missing):
         if buyer.refusal(cheapest) is not None:
             return
@@ -488,9 +533,9 @@ def _surplus(
 def _no_offering_reason(pool: PoolPolicy) -> str:
     if not pool.offerings():
         return f"pool {pool.name} has no instance type to launch"
-    if not pool.on_demand_fallback and all(o.is_spot for o in pool.offerings()):
+    if pool.on_demand_fallback_after_s is None and all(o.is_spot for o in pool.offerings()):
         return (
             f"every spot offering of pool {pool.name} was recently refused by the cloud "
-            "and on_demand_fallback is off"
+            f"and {no_fallback_setting(pool)}"
         )
     return f"every offering of pool {pool.name} was recently refused by the cloud"

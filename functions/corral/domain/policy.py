@@ -48,6 +48,12 @@ class PoolPolicy(Protocol):
     def on_demand_fallback(self) -> bool: ...
 
     @property
+    def on_demand_fallback_after_s(self) -> float | None:
+        """How long a trial waits for spot before on-demand is bought for it (None: never,
+        also when ``on_demand_fallback`` is off); see ``corral.domain.fallback``."""
+        ...
+
+    @property
     def reap_fallback_early(self) -> bool:
         """Drain idle on-demand fallback agents of a spot pool once idle as long as their
         boot took (never later than max_idle_s)."""
@@ -73,6 +79,13 @@ class StaticPool:
     monthly_budget_usd: float | None = None
     on_demand_fallback: bool = True
     reap_fallback_early: bool = True
+    # 0: fall back at once (what tests of other rules assume); the config's default is
+    # ``fallback.ON_DEMAND_FALLBACK_AFTER_S``. Not consulted when on_demand_fallback is off.
+    fallback_after_s: float | None = 0.0
+
+    @property
+    def on_demand_fallback_after_s(self) -> float | None:
+        return self.fallback_after_s if self.on_demand_fallback else None
 
     def offerings(self) -> list[Offering]:
         return list(self.offering_list)

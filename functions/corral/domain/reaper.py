@@ -19,6 +19,11 @@ How long an agent may idle: ``max_idle_agent_period``, except that an on-demand 
 spot pool (fallback capacity) goes once idle as long as it took to boot, when the pool's
 ``reap_fallback_early`` is on (``idle_limit_s``).
 
+Which idle agent goes first: fallback agents before spot ones, then the longest idle. So
+on-demand capacity of a spot pool goes back to spot as soon as spot is there again: with
+both idle, the fallback agent is the one drained to make room, to bring the pool under
+max_instances, or when only one may go above min_instances (running work is never moved).
+
 Never touched: BUSY agents, agents with allocations, agents whose latest heartbeat reports
 trials, and agents in ``reserved`` (capacity the planner counted for pending demand, e.g. one
 member of a gang). ``heartbeats`` is keyed by instance record id.
@@ -29,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from corral.domain.fallback import is_fallback
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.policy import PoolPolicy
 from corral.domain.records import Heartbeat
@@ -153,8 +159,9 @@ def plan_reaping(
         for i in mine
         if i.state is IS.IDLE and i.id not in reserved and not has_work(i, beats.get(i.id))
     ]
-    # Longest idle first; an agent with no known idle time counts as idle since now.
-    candidates.sort(key=lambda i: (_idle_from(i, now), i.id))
+    # Fallback (on-demand) agents first, then the longest idle; an agent with no known idle
+    # time counts as idle since now.
+    candidates.sort(key=lambda i: (not is_fallback(pool, i.offering), _idle_from(i, now), i.id))
 
     # An interruption notice: the agent goes away anyway; stop giving it work now.
     for inst in (i for i in candidates if not i.is_schedulable):

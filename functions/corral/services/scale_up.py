@@ -20,6 +20,7 @@ from corral.domain.backoff import (
     on_launch_success,
 )
 from corral.domain.errors import ConflictError, LaunchError
+from corral.domain.fallback import WAITING_STATES, allowed_offerings
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.offerings import Offering
 from corral.domain.records import Event, EventKind
@@ -78,16 +79,24 @@ def _start_attempt(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
 
 def _available_offering(ctx: Context, record: Instance, now: float) -> Offering | None:
     """The planned offering, or, if the cloud refused it since, the cheapest available one
-    of the pool with at least as many GPUs (so the planned demand still fits)."""
+    of the pool with at least as many GPUs (so the planned demand still fits). A planned
+    spot launch becomes on-demand only once a trial it is for may fall back (it waited the
+    pool's on_demand_fallback_after): until then it waits for spot."""
     capacity = ctx.store.pool_state(record.pool).capacity
     if capacity.is_available(record.offering.key, now):
         return record.offering
     pool = ctx.pool(record.pool)
+    if pool is None:
+        return None
     candidates = [
         o
-        for o in (pool.offerings() if pool else [])
+        for o in pool.offerings()
         if o.slots >= record.offering.slots and capacity.is_available(o.key, now)
     ]
+    if record.offering.is_spot:
+        found = (ctx.store.get_trial(trial_id) for trial_id, _ in record.planned_for)
+        waiting = [t for t in found if t is not None and t.state in WAITING_STATES]
+        candidates = allowed_offerings(pool, candidates, waiting, now)
     return min(candidates, key=lambda o: (o.hourly_price, not o.is_spot), default=None)
 
 

@@ -44,7 +44,7 @@ from corral.services.submit import SubmitError, submit_experiment
 from corral.sim.model import Outage, SimulationConfig, outages
 from corral.sim.policies import REAP_PERIOD_S, SimPolicy
 from corral.sim.trace import Job, Trace
-from corral.sim.workers import JobRun, Workers
+from corral.sim.workers import AgentLog, JobRun, Workers
 
 TICK_S = REAP_PERIOD_S  # schedule, reap and reconcile timers: rate(1 minute)
 START = 1_700_000_000.0  # any epoch: the run reports durations, not dates
@@ -68,6 +68,8 @@ class Replay:
     launch_failures: int  # launch calls the cloud refused
     outages: list[Outage]  # capacity outages injected (seconds from the start)
     startup_draws: list[float]  # agent start-up times drawn, in launch order
+    on_demand: frozenset[str] = frozenset()  # cloud ids launched on-demand
+    agent_logs: dict[str, AgentLog] = field(default_factory=dict)  # by cloud id
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Engine:
     _interruptions: int = 0
     _last_reap: float = 0.0
     _launched_offerings: dict[str, tuple[int, float]] = field(default_factory=dict)
+    _on_demand: set[str] = field(default_factory=set)
     _startup_draws: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -166,6 +169,8 @@ class Engine:
             launch_failures=self.cloud.api_calls["launch"] - len(self._launched_offerings),
             outages=drawn,
             startup_draws=self._startup_draws,
+            on_demand=frozenset(self._on_demand),
+            agent_logs=self.workers.logs,
         )
 
     def _outages(self, offerings: list[Offering], horizon: float) -> list[Outage]:
@@ -232,6 +237,8 @@ class Engine:
             return
         offering = record.offering
         self._launched_offerings[record.cloud_id] = (offering.slots, offering.hourly_price)
+        if not offering.is_spot:
+            self._on_demand.add(record.cloud_id)
         boot = self.sim.boot
         startup = boot.mean - boot.pending + self._startup_rng.uniform(-boot.jitter, boot.jitter)
         self._startup_draws.append(startup)

@@ -12,6 +12,9 @@
   ``gpu_hours_paid``: GPU time of billed instances; ``idle_gpu_hours`` the difference.
 - ``lost_gpu_hours``: work done since a trial's last checkpoint when its instance went away
   (it has to be redone).
+- ``on_demand_share``: the share of paid GPU-hours on on-demand instances (0 to 1).
+- ``idle_*_gpu_hours``: ``idle_gpu_hours`` by cause (boot, gang, reaping, fragmented; see
+  ``corral.sim.idle``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import asdict, dataclass
 
 from corral.domain.offerings import Offering
 from corral.sim.engine import Replay
+from corral.sim.idle import idle_breakdown, on_demand_share, paid_instances
 
 HOUR_S = 3600.0
 
@@ -43,6 +47,11 @@ class SimMetrics:
     spot_interruptions: int
     lost_gpu_hours: float
     launch_failures: int
+    on_demand_share: float
+    idle_boot_gpu_hours: float
+    idle_gang_gpu_hours: float
+    idle_reaping_gpu_hours: float
+    idle_fragmented_gpu_hours: float
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -67,17 +76,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def paid_intervals(replay: Replay) -> list[tuple[float, float, int, float]]:
     """(start, end, GPUs, USD) for every instance the run paid for."""
-    found = []
-    for ci in replay.cloud.all_instances():
-        offering = replay.offerings.get(ci.cloud_id)
-        usd = replay.cloud.billed_usd(ci.cloud_id, replay.end)
-        if offering is None or offering[1] <= 0 or usd <= 0:
-            continue
-        slots, price = offering
-        seconds = usd / price * HOUR_S
-        start = ci.launched_at + replay.pending_s
-        found.append((start, start + seconds, slots, usd))
-    return found
+    return [(p.start, p.end, p.gpus, p.usd) for p in paid_instances(replay)]
 
 
 def measure(replay: Replay, offerings: Iterable[Offering]) -> SimMetrics:
@@ -86,7 +85,9 @@ def measure(replay: Replay, offerings: Iterable[Offering]) -> SimMetrics:
     per_gpu = cheapest_gpu_hour(offerings)
     oracle = sum(r.job.gpus * r.job.duration_s for r in runs) / HOUR_S * per_gpu
     waits = [r.first_start - r.job.submit_s - replay.start for r in runs if r.first_start]
+    instances = paid_instances(replay)
     paid = paid_intervals(replay)
+    idle = idle_breakdown(replay)
     cost = replay.cloud.total_billed_usd(replay.end)
     used = sum(r.used_gpu_s for r in runs) / HOUR_S
     paid_gpu_h = sum((end - start) * slots for start, end, slots, _ in paid) / HOUR_S
@@ -108,4 +109,9 @@ def measure(replay: Replay, offerings: Iterable[Offering]) -> SimMetrics:
         spot_interruptions=replay.interruptions,
         lost_gpu_hours=round(sum(r.lost_gpu_s for r in runs) / HOUR_S, 2),
         launch_failures=replay.launch_failures,
+        on_demand_share=round(on_demand_share(instances), 4),
+        idle_boot_gpu_hours=round(idle.boot_gpu_h, 2),
+        idle_gang_gpu_hours=round(idle.gang_gpu_h, 2),
+        idle_reaping_gpu_hours=round(idle.reaping_gpu_h, 2),
+        idle_fragmented_gpu_hours=round(idle.fragmented_gpu_h, 2),
     )

@@ -6,6 +6,9 @@ as the agent runtime does. A trial runs for its remaining work; it checkpoints e
 ``checkpoint_interval_s`` from the start of each run, and, when told to stop (Corral turns an
 interruption notice into a stop), checkpoints on the way out. Work since the last checkpoint
 is lost when an instance disappears under a running trial.
+
+Each agent keeps an ``AgentLog`` (registration, GPUs in use over time, whether it was
+launched for a gang) from which the metrics split idle GPU-hours by cause.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class JobRun:
     completed_at: float | None = None
     used_gpu_s: float = 0.0  # GPU time held while running, lost work included
     lost_gpu_s: float = 0.0
+    held: dict[str, int] = field(default_factory=dict)  # cloud id -> GPUs of this run there
 
     def end_run(self, now: float, checkpoint_now: bool) -> None:
         """The current run stops at ``now``; keep what was checkpointed."""
@@ -57,6 +61,16 @@ class JobRun:
         self.run_start = None
         self.run_token += 1
         self.agents = ()
+
+
+@dataclass
+class AgentLog:
+    """What one agent did with its GPUs, for the idle breakdown."""
+
+    gpus: int
+    registered_at: float
+    for_gang: bool  # launched for a trial larger than the instance (a gang member)
+    changes: list[tuple[float, int]] = field(default_factory=list)  # (time, +/- GPUs in use)
 
 
 @dataclass
@@ -77,6 +91,7 @@ class Workers:
     by_record: dict[str, str] = field(default_factory=dict)  # record id -> cloud id
     jobs: dict[str, JobRun] = field(default_factory=dict)  # by trial id
     completions: list[tuple[float, int, str, int]] = field(default_factory=list)
+    logs: dict[str, AgentLog] = field(default_factory=dict)  # by cloud id, kept after death
     _seq: itertools.count[int] = field(default_factory=itertools.count)
 
     # ---- agents ---------------------------------------------------------------------
@@ -99,6 +114,9 @@ class Workers:
             agent.alive = False  # told to shut down (its record moved on meanwhile)
             return
         self.by_record[agent.agent_id] = cloud_id
+        planned = record.planned_for if record is not None else ()
+        gang = any(t in self.jobs and self.jobs[t].job.gpus > gpus for t, _ in planned)
+        self.logs[cloud_id] = AgentLog(gpus, self.ctx.clock.now(), gang)
 
     def heartbeat(self, agent: SimAgent, *, notice: bool = False, checkpoint: bool = True) -> None:
         """One heartbeat: report what runs, start what the reply assigns, stop what it
@@ -164,12 +182,34 @@ class Workers:
             finish = now + (job.job.duration_s - job.done_s)
             heapq.heappush(self.completions, (finish, next(self._seq), trial_id, job.run_token))
         job.agents = (*job.agents, agent.cloud_id)
+        gpus = self._gpus_on(trial_id, agent, job)
+        job.held[agent.cloud_id] = gpus
+        log = self.logs.get(agent.cloud_id)
+        if log is not None:
+            log.changes.append((now, gpus))
+
+    def _gpus_on(self, trial_id: str, agent: SimAgent, job: JobRun) -> int:
+        """GPUs of the trial's placement on this agent (all of them on a single agent)."""
+        trial = self.ctx.store.get_trial(trial_id)
+        if trial is not None and trial.placement is not None:
+            for instance_id, gpus in trial.placement.parts:
+                if instance_id == agent.agent_id:
+                    return len(gpus)
+        return job.job.gpus
+
+    def _release(self, job: JobRun, now: float) -> None:
+        for cloud_id, gpus in job.held.items():
+            log = self.logs.get(cloud_id)
+            if log is not None:
+                log.changes.append((now, -gpus))
+        job.held = {}
 
     def _stop_run(self, job: JobRun, now: float, checkpoint: bool) -> None:
         for cloud_id in job.agents:
             other = self.agents.get(cloud_id)
             if other is not None:
                 other.running.discard(job.trial_id)
+        self._release(job, now)
         job.end_run(now, checkpoint)
 
     def next_completion(self) -> float | None:
@@ -192,6 +232,7 @@ class Workers:
             ran = now - (job.run_start or now)
             for cloud_id in job.agents:
                 self.agents[cloud_id].running.discard(trial_id)
+            self._release(job, now)
             job.used_gpu_s += job.job.gpus * ran
             job.done_s = job.job.duration_s
             job.completed_at = now

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from config_helpers import EXAMPLES, aws_pool, dump
 from typer.testing import CliRunner
 
@@ -22,10 +23,34 @@ def test_valid_cluster_prints_ok_and_pools() -> None:
     assert out == [
         "ok",
         "pool default: aws g5.xlarge x 1 GPU, g5.12xlarge x 4 GPUs, 0..4 instances, "
-        "spot with on-demand fallback, idle 30s",
+        "spot with on-demand fallback after 10m, idle 30s",
         "pool a100: aws p4d.24xlarge x 8 GPUs, 0..1 instances, on-demand, idle 1m",
     ]
     assert err == []
+
+
+@pytest.mark.parametrize(
+    ("fallback", "says"),
+    [
+        ("on_demand_fallback_after: 0s", "spot with on-demand fallback,"),
+        ("on_demand_fallback_after: 90s", "spot with on-demand fallback after 1m30s,"),
+        ("on_demand_fallback_after: never", "spot,"),
+        ("on_demand_fallback: false", "spot,"),
+    ],
+)
+def test_the_summary_says_when_a_spot_pool_falls_back(
+    tmp_path: Path, fallback: str, says: str
+) -> None:
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        "resource_pools:\n"
+        "  - name: gpu\n"
+        "    provider: {type: aws, region: us-east-1, image_id: ami-12345678,\n"
+        f"               instance_type: g5.xlarge, spot: true, {fallback}}}\n"
+    )
+    code, out, _ = run(str(config))
+    assert code == 0
+    assert f"instances, {says} idle" in out[1]
 
 
 def test_pedl_file_summary_and_warning() -> None:

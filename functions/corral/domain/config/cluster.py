@@ -85,6 +85,10 @@ class ResourcePool(FrozenModel):
         return self.provider.on_demand_fallback
 
     @property
+    def on_demand_fallback_after_s(self) -> float | None:
+        return self.provider.on_demand_fallback_after_s
+
+    @property
     def monthly_budget_usd(self) -> float | None:
         return self.provider.monthly_budget_usd
 

@@ -25,8 +25,9 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import ErrorType
 
-from corral.domain.config.durations import Duration, PositiveDuration
+from corral.domain.config.durations import Duration, PositiveDuration, parse_duration
 from corral.domain.config.errors import CUSTOM_ERROR_TYPE, field_error, rule_error
+from corral.domain.fallback import ON_DEMAND_FALLBACK_AFTER_S
 from corral.domain.offerings import CapacityType, Offering
 
 # --- Collecting every problem of a model in one pass ------------------------------------------
@@ -266,6 +267,19 @@ def unique(value: tuple[Any, ...]) -> tuple[Any, ...]:
     return value
 
 
+def _fallback_delay(value: object) -> float | None:
+    """``never`` (no fallback at all), else a duration (``0``: fall back at once)."""
+    if isinstance(value, str) and value.strip().lower() == "never":
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise field_error(f"{exc}, or never") from exc
+
+
+FallbackDelay = Annotated[float | None, BeforeValidator(_fallback_delay)]
+
+
 class CommonProvider(FrozenModel):
     """Fields shared by the AWS and GCP provider blocks (Determined's names and defaults)."""
 
@@ -286,6 +300,8 @@ class CommonProvider(FrozenModel):
     launch_error_retries: int = Field(default=3, ge=0)
     # --- Corral additions
     on_demand_fallback: bool = True
+    # How long a trial waits for spot before on-demand is bought for it; None: never.
+    on_demand_fallback_after: FallbackDelay = ON_DEMAND_FALLBACK_AFTER_S
     monthly_budget_usd: float | None = Field(default=None, gt=0)
     capacity_memory_period: Duration = 180.0
     # An idle on-demand agent of a spot pool (fallback capacity, ~3x the spot price) is
@@ -325,6 +341,13 @@ class CommonProvider(FrozenModel):
         """Capacity types to offer, best first: spot, then on-demand if allowed to fall back."""
         if not spot:
             return (CapacityType.ON_DEMAND,)
-        if self.on_demand_fallback:
+        if self.on_demand_fallback_after_s is not None:
             return (CapacityType.SPOT, CapacityType.ON_DEMAND)
         return (CapacityType.SPOT,)
+
+    @property
+    def on_demand_fallback_after_s(self) -> float | None:
+        """Seconds a trial of a spot pool waits for spot before on-demand is bought for it;
+        None when the pool never falls back (``on_demand_fallback: false`` wins over any
+        ``on_demand_fallback_after``, and ``on_demand_fallback_after: never`` is the same)."""
+        return self.on_demand_fallback_after if self.on_demand_fallback else None

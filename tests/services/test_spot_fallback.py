@@ -1,0 +1,73 @@
+"""Fallback that respects spot, through the services: a spot launch the cloud refuses waits
+for spot (the trial's pending reason says when on-demand will be bought), and only once the
+trial has waited ``on_demand_fallback_after`` does scale-up buy on-demand."""
+
+from __future__ import annotations
+
+from corral.domain.fallback import clock_time
+from corral.domain.instance import InstanceState
+from corral.domain.trial import TrialState
+
+from .harness import OD_1, SPOT_1, Cluster, Script, make_pool
+
+DELAY = 600.0
+
+
+def spot_short_cluster(after: float | None) -> Cluster:
+    cluster = Cluster(make_pool(SPOT_1, OD_1, fallback_after_s=after))
+    cluster.cloud.set_unavailable(SPOT_1.key)
+    return cluster
+
+
+def launched_offerings(cluster: Cluster) -> list[str]:
+    return [i.offering.key for i in cluster.instances() if i.cloud_id is not None]
+
+
+def test_a_refused_spot_launch_waits_then_falls_back_after_the_delay() -> None:
+    cluster = spot_short_cluster(DELAY)
+    submitted = cluster.clock.now()
+    trial_id = cluster.submit().trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+
+    cluster.run(DELAY - 60)
+    assert launched_offerings(cluster) == []  # no on-demand for a trial younger than 10 min
+    trial = cluster.trial(trial_id)
+    assert trial.state is TrialState.PENDING
+    assert f"on-demand will be bought at {clock_time(submitted + DELAY)}" in (
+        trial.pending_reason or ""
+    )
+
+    cluster.run(60 + 180)  # the delay passes; the next re-drive or pass buys on-demand
+    assert launched_offerings(cluster) == [OD_1.key]
+    assert cluster.trial(trial_id).state is TrialState.RUNNING
+
+
+def test_spot_coming_back_within_the_delay_is_bought_instead_of_on_demand() -> None:
+    cluster = spot_short_cluster(DELAY)
+    trial_id = cluster.submit().trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.run(240)
+    cluster.cloud.set_unavailable(SPOT_1.key, False)
+    cluster.run(300)
+    assert launched_offerings(cluster) == [SPOT_1.key]
+    assert cluster.trial(trial_id).state is TrialState.RUNNING
+
+
+def test_zero_delay_buys_on_demand_at_the_first_refusal() -> None:
+    cluster = spot_short_cluster(0.0)
+    cluster.submit()
+    cluster.pump()
+    (record,) = cluster.instances()
+    assert record.state is InstanceState.ALLOCATED
+    assert record.offering == OD_1
+
+
+def test_never_waits_for_spot_however_long_it_takes() -> None:
+    cluster = spot_short_cluster(None)
+    trial_id = cluster.submit().trials[0].id
+    cluster.pump()
+    cluster.run(3 * 3600, step=60.0)
+    assert launched_offerings(cluster) == []
+    assert "on_demand_fallback_after is never" in (cluster.trial(trial_id).pending_reason or "")
