@@ -13,22 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import assert_never
 
+from corral.domain import reconcile_decisions as rd
 from corral.domain.backoff import on_boot_failure
 from corral.domain.errors import ConflictError
 from corral.domain.instance import LIVE_STATES, Instance
-from corral.domain.reconcile_decisions import (
-    Adopt,
-    CancelSpotRequest,
-    Decision,
-    FailAllocation,
-    MarkLost,
-    MarkTerminated,
-    RecordDecision,
-    Recover,
-    Requeue,
-    Terminate,
-    TerminateCloud,
-)
 from corral.domain.reconciler import reconcile
 from corral.domain.records import Event, EventKind, PoolState
 from corral.ports.commands import LaunchInstance, send
@@ -55,9 +43,9 @@ class ReconcileReport:
 
     @property
     def terminations(self) -> int:
-        return self.counts[Terminate.__name__] + self.counts[TerminateCloud.__name__]
+        return self.counts[rd.Terminate.__name__] + self.counts[rd.TerminateCloud.__name__]
 
-    def note(self, decision: Decision) -> None:
+    def note(self, decision: rd.Decision) -> None:
         subject = getattr(decision, "record", None)
         name = (
             subject.id
@@ -102,19 +90,19 @@ def run_reconcile(ctx: Context) -> ReconcileReport:
     return report
 
 
-def _apply(ctx: Context, decision: Decision) -> None:
+def _apply(ctx: Context, decision: rd.Decision) -> None:
     """One path per decision: record decisions are written as their ``apply`` returns them
     (conditionally on the version read), then the side effect the decision names."""
     now = ctx.clock.now()
     match decision:
-        case MarkTerminated():
+        case rd.MarkTerminated():
             mark_terminated(ctx, decision.apply(now))
-        case MarkLost():
+        case rd.MarkLost():
             take_away(ctx, decision.apply(now), decision.reason)
             _event(ctx, EventKind.AGENT_LOST, decision)
-        case Terminate():
+        case rd.Terminate():
             terminate(ctx, decision.apply(now), EventKind.INSTANCE_TERMINATING)
-        case Requeue():
+        case rd.Requeue():
             requeued = decision.apply(now)
             records: list[Instance | PoolState] = [requeued]
             if decision.mark_unavailable:
@@ -122,17 +110,17 @@ def _apply(ctx: Context, decision: Decision) -> None:
             ctx.store.commit(records)
             send(ctx.queue, [LaunchInstance.of(requeued)])
             _event(ctx, EventKind.LAUNCH_FAILED, decision)
-        case Adopt():
+        case rd.Adopt():
             ctx.store.commit([decision.apply(now)])
             _event(ctx, EventKind.INSTANCE_ADOPTED, decision)
-        case FailAllocation():
+        case rd.FailAllocation():
             ctx.store.commit([decision.apply(now)])
             _event(ctx, EventKind.LAUNCH_FAILED, decision)
-        case Recover():
+        case rd.Recover():
             ctx.store.commit([decision.apply(now)])
             _event(ctx, EventKind.AGENT_REGISTERED, decision)
             wake_scheduler(ctx, f"{decision.record.id} is back")
-        case TerminateCloud():
+        case rd.TerminateCloud():
             ctx.cloud.terminate([decision.cloud_id])
             record = ctx.store.get_instance(decision.record_id) if decision.record_id else None
             # An orphan has no live record; otherwise this repeats a termination we own.
@@ -142,7 +130,7 @@ def _apply(ctx: Context, decision: Decision) -> None:
             ctx.store.append_events(
                 [Event(now, kind, reason, pool=decision.pool, instance_id=decision.record_id)]
             )
-        case CancelSpotRequest():
+        case rd.CancelSpotRequest():
             ctx.cloud.cancel_spot_requests([decision.request_id])
             if decision.mark_unavailable:
                 ctx.store.commit([_mark(ctx, decision.pool, decision.mark_unavailable, now)])
@@ -189,7 +177,7 @@ def _count_boot_failures(ctx: Context, failures: Mapping[str, int]) -> None:
                 )
 
 
-def _event(ctx: Context, kind: EventKind, decision: RecordDecision) -> None:
+def _event(ctx: Context, kind: EventKind, decision: rd.RecordDecision) -> None:
     record = decision.record
     ctx.store.append_events(
         [Event(ctx.clock.now(), kind, decision.reason, pool=record.pool, instance_id=record.id)]

@@ -69,47 +69,8 @@ class ScalingPolicy(Protocol):
 class DomainPolicy:
     """Corral's own policy: the domain planner and reaper, unchanged."""
 
-    def plan_pool(
-        self,
-        pool: PoolPolicy,
-        unplaced: Sequence[Trial],
-        instances: Sequence[Instance],
-        state: PoolState,
-        now: float,
-        *,
-        leftover_free: Mapping[str, tuple[int, ...]] | None = None,
-        month_to_date_usd: float = 0.0,
-    ) -> PoolPlan:
-        return planner.plan_pool(
-            pool,
-            unplaced,
-            instances,
-            state,
-            now,
-            leftover_free=leftover_free,
-            month_to_date_usd=month_to_date_usd,
-        )
-
-    def plan_reaping(
-        self,
-        pool: PoolPolicy,
-        instances: Sequence[Instance],
-        now: float,
-        *,
-        reserved: frozenset[str] = frozenset(),
-        heartbeats: Mapping[str, Heartbeat] | None = None,
-        room_needed: int = 0,
-        fresh_after: float | None = None,
-    ) -> ReapPlan:
-        return reaper.plan_reaping(
-            pool,
-            instances,
-            now,
-            reserved=reserved,
-            heartbeats=heartbeats,
-            room_needed=room_needed,
-            fresh_after=fresh_after,
-        )
+    plan_pool = staticmethod(planner.plan_pool)
+    plan_reaping = staticmethod(reaper.plan_reaping)
 
 
 @dataclass
