@@ -2,7 +2,8 @@
 ``Context.policy`` (the planner and the reaper) and the pools they see.
 
 - ``corral``: Corral's own domain planner and reaper, on the pools exactly as configured.
-- ``determined``: a model of Determined's dynamic-agent provisioner (REFERENCE.md):
+- ``determined``: a model of Determined's dynamic-agent provisioner
+  (docs/reference-systems.md):
   * one instance type per pool (Determined pools have one): ``determined_instance_type``
     from the simulation block, else the pool's type with the most GPUs, in the pool's
     first location (Determined takes one subnet / zone);

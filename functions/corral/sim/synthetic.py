@@ -1,6 +1,6 @@
 """Seeded synthetic workloads shaped like the published GPU cluster traces.
 
-Two mixes, each matching its trace's published statistics (REFERENCE.md):
+Two mixes, each matching its trace's published statistics (docs/reference-systems.md):
 
 - ``philly``: Microsoft Philly (Jeon et al., ATC '19): median job 874 s, mean 18,006 s,
   mean 1.9 GPUs.
