@@ -3,7 +3,8 @@
 One table maps exception types to HTTP statuses, so the routes just raise. Services raise
 domain errors (``corral.domain.errors``: the refusals below, ConflictError) or SubmitError,
 config parsing raises ConfigError, and anything unexpected is logged with the request id and
-answered 500. Only this module knows HTTP statuses for them.
+answered 500. Only this module knows HTTP statuses for them. Bodies are refused before parsing
+when too large or too deep (``http_events.parse_json_body``, installed here with the rest).
 
 The agent runtime acts on these statuses: 403/404/409 to a register or heartbeat stop the
 agent (409 also shuts its instance down), 422 to a register is "unhealthy", 5xx is retried.
@@ -20,6 +21,7 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError as NoRo
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
 from corral.api.auth import AuthError
+from corral.api.http_events import BodyRefused, install_body_limits
 from corral.api.schemas.public import ErrorBody, FieldError
 from corral.domain.config import ConfigError
 from corral.domain.errors import (
@@ -121,6 +123,15 @@ def install_error_handlers(app: APIGatewayHttpResolver) -> None:
         http = app.current_event.request_context.http
         return error_response(404, f"no route {http.method} {http.path}")
 
+    def too_deep(exc: RecursionError) -> Response[Any]:
+        # Input nested deeper than Python recurses (YAML config text: the JSON body's depth
+        # is checked before parsing). Caused by the request, so a 400, not a 500.
+        logger.info("request nested too deeply: %s", exc)
+        return error_response(400, "the request is nested too deeply to process")
+
+    def not_utf8(exc: UnicodeDecodeError) -> Response[Any]:
+        return error_response(400, "the request body is not valid UTF-8")
+
     def unexpected(exc: Exception) -> Response[Any]:
         request_id = app.current_event.request_context.request_id
         logger.exception("unhandled error in %s", app.current_event.raw_path)
@@ -132,6 +143,9 @@ def install_error_handlers(app: APIGatewayHttpResolver) -> None:
         (SubmitError, submit_error),
         (ApiError, lambda e: error_response(e.status, e.message, e.errors)),
         (AuthError, lambda e: error_response(e.status, e.message)),
+        (BodyRefused, lambda e: error_response(e.status, e.message)),
+        (RecursionError, too_deep),
+        (UnicodeDecodeError, not_utf8),
         (list(REFUSAL_STATUS), lambda e: error_response(refusal_status(e), str(e))),
         ([ConflictError, IllegalTransition], conflict),
         (NoRoute, no_route),
@@ -141,3 +155,4 @@ def install_error_handlers(app: APIGatewayHttpResolver) -> None:
     for exc_class, handler in handlers:
         # Called, not used as decorators: Powertools' decorator is untyped.
         app.exception_handler(exc_class)(handler)
+    install_body_limits(app)

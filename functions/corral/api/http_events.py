@@ -1,22 +1,97 @@
-"""HTTP requests as API Gateway HTTP API (payload format 2.0) events, and handler results
-back as HTTP responses.
+"""HTTP requests as API Gateway HTTP API (payload format 2.0) events, handler results back as
+HTTP responses, and the limits a request body must keep before it is parsed.
 
 One conversion for every place that serves the ``api`` handler outside API Gateway: the local
 stack's loopback server and the GCP Cloud Function (Flask requests), so the same resolver and
 the same routes answer everywhere.
+
+Body limits: API Gateway and Lambda refuse a body over 6 MB before the function runs; the
+local stack and Cloud Functions would not (32 MB), and nothing bounds how deeply a JSON body
+nests (Python's decoder recurses, and the models after it). ``parse_json_body`` is the
+resolver's JSON decoder: it refuses a body over ``MAX_BODY_BYTES`` without reading it and one
+nested deeper than ``MAX_JSON_DEPTH`` without parsing it, so every deployment refuses the same
+bodies, with the limit named (413 and 400: ``corral.api.errors``).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
+if TYPE_CHECKING:  # the local server and the GCP function import this before any resolver
+    from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript")
+
+# Lambda's limit for a synchronous invocation: what a deployed stack accepts anyway. An agent's
+# log batch (500 lines of at most 16 KiB) stays under it unless most lines are at the limit.
+MAX_BODY_BYTES = 6 * 1024 * 1024
+# Far deeper than any config (hyperparameter values may be nested mappings) or agent report.
+MAX_JSON_DEPTH = 64
+# A JSON string (skipped whole: brackets inside it do not nest) or one bracket.
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+class BodyRefused(Exception):
+    """A request body refused before parsing; ``status`` is 413 (too large) or 400."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def check_body_size(size: int) -> None:
+    if size > MAX_BODY_BYTES:
+        raise BodyRefused(
+            413, f"the request body is {size:,} bytes, over the limit of {MAX_BODY_BYTES:,} bytes"
+        )
+
+
+def check_json_depth(text: str) -> None:
+    """Refuse JSON nested deeper than ``MAX_JSON_DEPTH`` with one linear scan, no parsing."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return  # cannot nest deeper than it has brackets (the common case: no scan at all)
+    depth = 0
+    for token in _JSON_TOKENS.finditer(text):
+        char = token.group()
+        if char in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise BodyRefused(
+                    400, f"the request body nests deeper than the limit of {MAX_JSON_DEPTH} levels"
+                )
+        elif char in "]}":
+            depth -= 1
+
+
+def parse_json_body(text: str) -> Any:
+    """The resolver's JSON decoder: size and depth checked first (``BodyRefused``)."""
+    # A character is 1 to 4 bytes of UTF-8: only a body near the limit needs encoding to count.
+    if len(text) * 4 > MAX_BODY_BYTES:
+        check_body_size(len(text) if len(text) > MAX_BODY_BYTES else _utf8_size(text))
+    check_json_depth(text)
+    return json.loads(text)
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def install_body_limits(app: APIGatewayHttpResolver) -> None:
+    """Make ``parse_json_body`` the decoder of every JSON body ``app`` reads.
+
+    Powertools takes the decoder only as ``json_body_deserializer=`` when the resolver is
+    built, and keeps it in this attribute; tests/api/test_hostile_input.py fails if a
+    Powertools release stops reading it.
+    """
+    app._json_body_deserializer = parse_json_body
 
 
 def http_event(
@@ -78,8 +153,14 @@ def http_event(
         event["cookies"] = cookies
     if query:
         event["queryStringParameters"] = query
-    if body:
-        event["body"] = body.decode("utf-8") if is_text else base64.b64encode(body).decode()
+    if body and is_text:
+        try:
+            event["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:  # declared text, is not: passed on as bytes (refused: 400)
+            is_text = False
+            event["isBase64Encoded"] = True
+    if body and not is_text:
+        event["body"] = base64.b64encode(body).decode()
     return event
 
 

@@ -1,7 +1,16 @@
-"""OpenAPI document settings shared by ``/openapi.json`` and the Swagger UI at ``/docs``."""
+"""OpenAPI document settings shared by ``/openapi.json`` and the Swagger UI at ``/docs``.
+
+``/openapi.json`` also states what Powertools' generator leaves out or gets wrong, so clients
+and the fuzzer (tests/api/test_fuzz_openapi.py) can hold every response to it: every error
+body is ``ErrorBody`` (Powertools documents 422 as its own ``HTTPValidationError``), a route
+with a body may answer 400 and 413 (``http_events.parse_json_body``), one with a path
+parameter 404 (no such record, or no route for a malformed id), and one needing credentials
+401 and 403. ``/healthz`` needs none.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
@@ -20,17 +29,25 @@ DESCRIPTION = (
 )
 
 _DESCRIPTIONS = {
-    400: "Malformed request (body not JSON, YAML not parseable)",
+    400: "Malformed request (body not JSON or not UTF-8, nested too deeply, YAML not parseable)",
     401: "No usable credentials",
     403: "The caller may not do this (wrong kind of caller, or another instance's records)",
     404: "No such record",
     409: "The record changed concurrently, or its state forbids this; retry or give up",
+    413: "The request body is over the size limit (named in the message)",
     422: "Invalid input; errors[].field names each wrong field",
 }
+PUBLIC_PATHS = frozenset({"/healthz"})  # answered without credentials
+_ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorBody"}
 
 
 def errors(*statuses: int, created: type[BaseModel] | None = None) -> dict[int, Any]:
-    """The ``responses=`` of a route: its error statuses (401/403 always), and a 201."""
+    """The ``responses=`` of a route: its success (200 with the route's return model, or 201
+    and 200 with ``created``) and its error statuses (401/403 always).
+
+    Powertools documents no success response at all once ``responses=`` is given, unless it
+    is listed; a 200 without ``content`` takes the return annotation's schema.
+    """
     out: dict[int, Any] = {
         status: {
             "description": _DESCRIPTIONS[status],
@@ -38,12 +55,46 @@ def errors(*statuses: int, created: type[BaseModel] | None = None) -> dict[int, 
         }
         for status in sorted({401, 403, *statuses})
     }
-    if created is not None:
-        out[201] = {
-            "description": "Created (200 when client_token matched an earlier submission)",
-            "content": {"application/json": {"model": created}},
+    if created is None:
+        out[200] = {"description": "Successful Response"}
+    else:
+        content = {"application/json": {"model": created}}
+        out[201] = {"description": "Created", "content": content}
+        out[200] = {
+            "description": "An earlier submission with this client_token",
+            "content": content,
         }
     return out
+
+
+def complete(doc: dict[str, Any]) -> dict[str, Any]:
+    """The generated document with every error status a route can answer, each an
+    ``ErrorBody`` (see the module docstring). Changes ``doc`` in place and returns it."""
+    for path, operations in doc.get("paths", {}).items():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            params = operation.get("parameters", [])
+            statuses = set()
+            if "requestBody" in operation:
+                statuses |= {400, 413, 422}
+            if params:
+                statuses.add(422)
+            if any(p.get("in") == "path" for p in params):
+                statuses.add(404)
+            if path in PUBLIC_PATHS:
+                operation["security"] = []
+            else:
+                statuses |= {401, 403}
+            for status in sorted(statuses):
+                responses.setdefault(str(status), {"description": _DESCRIPTIONS[status]})
+            for status, response in responses.items():
+                if status.startswith("4"):
+                    if status == "422":
+                        response["description"] = _DESCRIPTIONS[422]
+                    response["content"] = {"application/json": {"schema": _ERROR_SCHEMA}}
+    # Only the 422s above referred to it; every one now names ErrorBody.
+    doc.get("components", {}).get("schemas", {}).pop("HTTPValidationError", None)
+    return doc
 
 
 def configure(app: APIGatewayHttpResolver) -> None:
@@ -69,5 +120,5 @@ def configure(app: APIGatewayHttpResolver) -> None:
     @app.get("/openapi.json", include_in_schema=False)
     def openapi_json() -> Response[str]:
         if not cache:
-            cache.append(app.get_openapi_json_schema())
+            cache.append(json.dumps(complete(json.loads(app.get_openapi_json_schema()))))
         return Response(200, content_types.APPLICATION_JSON, body=cache[0])

@@ -22,6 +22,10 @@ from corral.domain.errors import LaunchError, LaunchErrorClass
 EC2_USER_DATA_LIMIT = 16_384  # bytes, before base64; GCE allows 256 KB per metadata value
 
 
+class UnsafeValue(ValueError):
+    """A value the script cannot carry as written (a NUL character)."""
+
+
 @dataclass(frozen=True)
 class BootstrapSettings:
     api_url: str
@@ -127,13 +131,16 @@ def launch_script(
     make_settings: Callable[[], BootstrapSettings], max_bytes: int, too_large_code: str
 ) -> str:
     """The bootstrap of one launch, or a LaunchError that fails the record with the reason:
-    no API URL for the agent (``NoApiUrl``), or a script over the cloud's size limit."""
+    no API URL for the agent (``NoApiUrl``), a value it cannot carry (``UnsafeValue``), or a
+    script over the cloud's size limit."""
     try:
         settings = make_settings()
     except ValueError as error:
         raise LaunchError(LaunchErrorClass.INVALID_CONFIG, "NoApiUrl", str(error)) from error
     try:
         return render_bootstrap(settings, max_bytes)
+    except UnsafeValue as error:
+        raise LaunchError(LaunchErrorClass.INVALID_CONFIG, "UnsafeValue", str(error)) from error
     except ValueError as error:
         raise LaunchError(LaunchErrorClass.INVALID_CONFIG, too_large_code, str(error)) from error
 
@@ -149,13 +156,22 @@ def render_bootstrap(settings: BootstrapSettings, max_bytes: int = EC2_USER_DATA
         "@@STARTUP_DELIM@@": _delimiter("CORRAL_STARTUP_EOF", startup),
         "@@CONFIG_DELIM@@": _delimiter("CORRAL_CONFIG_EOF", config),
         "@@WHEEL_URL@@": _quote(settings.agent_wheel_url or ""),
-        "@@POOL@@": _quote(settings.pool),
+        # Only in the header comment: JSON-escaped, so a newline in it cannot end the comment
+        # and start a command (a pool named "gpu\nreboot" would reboot every instance).
+        "@@POOL@@": json.dumps(settings.pool),
         "@@STARTUP_SCRIPT@@\n": startup,
         "@@AGENT_CONFIG@@": config,
     }
     # One pass: text substituted in is never scanned again, so a user's script that happens
     # to contain "@@...@@" stays as written.
     out = re.sub("|".join(re.escape(k) for k in values), lambda m: values[m.group(0)], text)
+    if "\x00" in out:
+        # bash cannot hold a NUL in a word and drops it from a heredoc: the script would not
+        # run what was written. The agent config is JSON (escaped): only the others can.
+        raise UnsafeValue(
+            "bootstrap script would contain a NUL character: remove it from pool, "
+            "startup_script or agent_wheel_url"
+        )
     size = len(out.encode())
     if size > max_bytes:
         raise ValueError(

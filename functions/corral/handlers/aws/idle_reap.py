@@ -9,7 +9,8 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from corral.handlers.aws import composition
-from corral.handlers.aws.observability import count, make_logger, make_metrics
+from corral.handlers.aws.metrics import publish, reap_figures
+from corral.handlers.aws.observability import make_logger, make_metrics
 from corral.services.idle_reap import run_idle_reap
 
 logger = make_logger("idle_reap")
@@ -20,14 +21,7 @@ metrics = make_metrics("idle_reap")
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report = run_idle_reap(composition.build_context())
-    count(
-        metrics,
-        {
-            "AgentsDrained": len(report.drained),
-            "AgentsUndrained": len(report.undrained),
-            "Terminations": len(report.terminated),
-        },
-    )
+    publish(metrics, reap_figures(report))
     summary = {
         "drained": report.drained,
         "undrained": report.undrained,

@@ -8,13 +8,15 @@ the logs and metrics already account for, and creating ``Tracer()`` imports the 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-NAMESPACE = "Corral"
+NAMESPACE = "Corral"  # unless the environment names one (the template's MetricsNamespace)
+NAMESPACE_ENV = "POWERTOOLS_METRICS_NAMESPACE"
 
 
 def make_logger(service: str) -> Logger:
@@ -23,7 +25,7 @@ def make_logger(service: str) -> Logger:
 
 def make_metrics(service: str) -> Metrics:
     # The service becomes the one dimension of every metric (Powertools' default).
-    return Metrics(namespace=NAMESPACE, service=service)
+    return Metrics(namespace=os.environ.get(NAMESPACE_ENV) or NAMESPACE, service=service)
 
 
 def count(metrics: Metrics, counts: Mapping[str, int]) -> None:

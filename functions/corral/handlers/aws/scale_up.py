@@ -9,6 +9,7 @@ same message, in this batch or a later one, finds it taken and skips.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import (
@@ -21,26 +22,16 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from corral.adapters.aws.sqs_queue import parse_sqs_body
 from corral.handlers.aws import composition
+from corral.handlers.aws.metrics import LaunchErrorTap, launch_figures, publish
 from corral.handlers.aws.observability import count, make_logger, make_metrics
 from corral.ports.commands import MalformedCommand, parse
 from corral.services.dispatch import dispatch
-from corral.services.scale_up import LaunchOutcome
 
 logger = make_logger("scale_up")
 metrics = make_metrics("scale_up")
 # Not raising when every record fails: reporting them all has the same effect (all are
 # redelivered) and keeps a bad batch a counted failure rather than a Lambda error.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-
-# dispatch() returns the LaunchOutcome's value for launch commands.
-_METRIC: dict[str, str] = {
-    LaunchOutcome.LAUNCHED: "Launches",
-    LaunchOutcome.SPOT_REQUEST_OPEN: "Launches",
-    LaunchOutcome.FAILED: "LaunchesFailed",
-    LaunchOutcome.RETRYING: "LaunchesDeferred",
-    LaunchOutcome.WAITING: "LaunchesDeferred",
-    LaunchOutcome.SKIPPED: "LaunchesSkipped",
-}
 
 
 def record_handler(record: SQSRecord) -> str:
@@ -53,12 +44,15 @@ def record_handler(record: SQSRecord) -> str:
         logger.exception("malformed scale-up message", extra={"body": record.body})
         count(metrics, {"CommandsMalformed": 1})
         raise
+    # The cloud behind a tap that counts its refusals by class (CapacityErrors).
+    ctx = composition.build_context()
+    tap = LaunchErrorTap(ctx.cloud)
     try:
-        outcome = dispatch(composition.build_context(), command)
+        outcome = dispatch(replace(ctx, cloud=tap), command)
     except Exception:
         logger.exception("scale-up message failed", extra={"body": record.body})
         raise
-    count(metrics, {_METRIC.get(outcome, "OtherCommands"): 1})
+    publish(metrics, launch_figures(outcome, tap.errors))
     logger.info("scale-up message", extra={"outcome": outcome})
     return outcome
 

@@ -14,7 +14,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from corral.adapters.aws.sqs_queue import parse_sqs_body
 from corral.handlers.aws import composition
-from corral.handlers.aws.observability import count, is_sqs_batch, make_logger, make_metrics
+from corral.handlers.aws.metrics import Stopwatch, fleet_gauges, publish, schedule_figures
+from corral.handlers.aws.observability import is_sqs_batch, make_logger, make_metrics
 from corral.ports.commands import Schedule, parse
 from corral.services.schedule_pass import run_schedule_pass
 
@@ -35,17 +36,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         )
     else:
         logger.set_correlation_id(event.get("id"))
-    report = run_schedule_pass(composition.build_context())
-    count(
-        metrics,
-        {
-            "ScheduleMessages": len(records),
-            "TrialsAssigned": len(report.assigned),
-            "LaunchesPlanned": len(report.launched),
-            "LaunchesCancelled": len(report.cancelled),
-            "Conflicts": report.conflicts,
-        },
-    )
+    ctx = composition.build_context()
+    stopwatch = Stopwatch()
+    report = run_schedule_pass(ctx)
+    latency_ms = stopwatch.elapsed_ms()  # the decision alone, not the gauges read after it
+    gauges = fleet_gauges(ctx)
+    publish(metrics, schedule_figures(report, gauges, latency_ms, len(records)))
     logger.info(
         "schedule pass",
         extra={
@@ -54,6 +50,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "launched": report.launched,
             "cancelled": report.cancelled,
             "conflicts": report.conflicts,
+            "pending_trials": gauges.pending_trials,
+            "breaker_open": gauges.breaker_open,
+            "budget_reached": gauges.budget_reached,
         },
     )
     # Read only when the event source mapping reports batch item failures: none here.

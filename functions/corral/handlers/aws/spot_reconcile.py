@@ -33,6 +33,7 @@ from corral.adapters.aws.events import (
     parse_event,
 )
 from corral.handlers.aws import composition
+from corral.handlers.aws.metrics import publish, reconcile_figures
 from corral.handlers.aws.observability import count, is_sqs_batch, make_logger, make_metrics
 from corral.services.interruptions import NoticeKind, on_cloud_state, on_interruption_notice
 from corral.services.reconcile import run_reconcile
@@ -98,14 +99,7 @@ def _apply(record: SQSRecord) -> str:
 def _reconcile(event: dict[str, Any]) -> dict[str, Any]:
     logger.set_correlation_id(event.get("id"))
     report = run_reconcile(composition.build_context())
-    count(
-        metrics,
-        {
-            "ReconcileActions": len(report.applied),
-            "Terminations": report.terminations,
-            "Conflicts": report.conflicts,
-        },
-    )
+    publish(metrics, reconcile_figures(report))
     logger.info("reconcile pass", extra={"applied": report.applied, "conflicts": report.conflicts})
     return {"applied": report.applied, "conflicts": report.conflicts}
 

@@ -10,6 +10,10 @@ and a backoff). So: transient failures raise (retried); a payload that can never
 (malformed, unknown kind) is logged and acknowledged, never retried forever; a delayed
 command that arrived early raises ``NotDue`` (see ``pubsub_queue``) to come back later.
 
+Metrics: each run also prints one JSON line (``corral.handlers.aws.metrics.log_line``), the
+same figures the Lambda functions publish as EMF; Cloud Logging stores it as a structured entry
+for the log-based metrics of docs/gcp.md.
+
 Cold start: functions-framework and Flask are already loaded by the runtime; Powertools'
 resolver loads with the first API request, the Google clients with the first call that
 needs them (``composition``), so ``/healthz`` never waits for Firestore.
@@ -22,6 +26,7 @@ import functools
 import json
 import logging
 import os
+from dataclasses import replace
 from typing import Any
 
 import flask
@@ -92,9 +97,13 @@ def _payload(cloud_event: Any) -> dict[str, Any]:
 def schedule(cloud_event: Any) -> None:
     """Schedule topic: commands and the one-minute Cloud Scheduler tick. Every message
     means "something changed: run a pass", so any delivery runs exactly one pass."""
+    from corral.handlers.aws.metrics import Stopwatch, fleet_gauges, log_line, schedule_figures
     from corral.services.schedule_pass import run_schedule_pass
 
-    report = run_schedule_pass(_ctx())
+    ctx = _ctx()
+    stopwatch = Stopwatch()
+    report = run_schedule_pass(ctx)
+    latency_ms = stopwatch.elapsed_ms()
     log.info(
         "schedule pass: assigned=%d launched=%d cancelled=%d conflicts=%d (event %s)",
         len(report.assigned),
@@ -103,12 +112,20 @@ def schedule(cloud_event: Any) -> None:
         report.conflicts,
         cloud_event["id"],
     )
+    gauges = fleet_gauges(ctx)
+    log_line(
+        "schedule",
+        schedule_figures(report, gauges, latency_ms, messages=1),
+        breaker_open=gauges.breaker_open,
+        budget_reached=gauges.budget_reached,
+    )
 
 
 @functions_framework.cloud_event
 def scale_up(cloud_event: Any) -> None:
     """Scale-up topic: one ``launch_instance`` per message (idempotent per record)."""
     from corral.adapters.gcp.pubsub_queue import check_due, parse_delivery
+    from corral.handlers.aws.metrics import LaunchErrorTap, launch_figures, log_line
     from corral.ports.commands import parse
     from corral.services.dispatch import dispatch
 
@@ -120,20 +137,24 @@ def scale_up(cloud_event: Any) -> None:
         return
     ctx = _ctx()
     check_due(delivery, ctx.clock.now())  # NotDue: fail the delivery, Pub/Sub brings it back
+    tap = LaunchErrorTap(ctx.cloud)  # counts the cloud's refusals by class (CapacityErrors)
     try:
-        outcome = dispatch(ctx, command)
+        outcome = dispatch(replace(ctx, cloud=tap), command)
     except (KeyError, ValueError) as error:  # the same again would fail the same way
         log.error("scale-up message %s dropped: %s", delivery.message_id, error)
         return
     log.info("scale-up message %s: %s", delivery.message_id, outcome)
+    log_line("scale_up", launch_figures(outcome, tap.errors))
 
 
 @functions_framework.cloud_event
 def idle_reap(cloud_event: Any) -> None:
     """Cloud Scheduler tick (through its topic): drain and delete agents idle too long."""
+    from corral.handlers.aws.metrics import log_line, reap_figures
     from corral.services.idle_reap import run_idle_reap
 
     report = run_idle_reap(_ctx())
+    log_line("idle_reap", reap_figures(report))
     log.info(
         "idle reap: drained=%s undrained=%s terminated=%s",
         report.drained,
@@ -160,10 +181,12 @@ def spot_reconcile(cloud_event: Any) -> None:
     if payload.get("kind") not in (None, CommandKind.RECONCILE):
         log.warning("interruptions topic: %s dropped", payload.get("kind"))
         return
+    from corral.handlers.aws.metrics import log_line, reconcile_figures
     from corral.services.reconcile import run_reconcile
 
     report = run_reconcile(_ctx())
     log.info("reconcile pass: applied=%s conflicts=%d", report.applied, report.conflicts)
+    log_line("spot_reconcile", reconcile_figures(report))
 
 
 __all__ = ["api", "idle_reap", "resolver", "scale_up", "schedule", "spot_reconcile"]

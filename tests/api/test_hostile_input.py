@@ -1,0 +1,266 @@
+"""Hostile and careless input, by hand: bodies too large or too deep, bytes that are not text,
+a grid of 100,000 trials, and shell metacharacters and unicode in every string that reaches
+stored data, an agent's start command or an instance's startup script.
+
+Every refusal names the limit or the field, and leaves the tables and queues as they were
+(``snapshot``). Strings are stored and handed to the agent exactly as sent; the bootstrap
+script carries them without letting any of them run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.api import http_events
+from corral.api.http_events import MAX_BODY_BYTES, MAX_JSON_DEPTH, http_event
+from corral.bootstrap.render import BootstrapSettings, UnsafeValue, launch_script, render_bootstrap
+from corral.domain.config.hyperparameters import MAX_GRID_TRIALS
+from corral.domain.errors import LaunchError
+from tests.services.harness import Cluster
+
+from .conftest import ApiClient, snapshot
+from .events import agent_arn, user_arn
+
+# What a shell, YAML, JSON or a terminal might treat specially, and text beyond ASCII.
+HOSTILE = [
+    "$(touch {canary})",
+    "`touch {canary}`",
+    "'; touch {canary}; echo '",
+    '"; touch {canary}; echo "',
+    "a\ntouch {canary}\n#",
+    "${{IFS}}touch${{IFS}}{canary}",
+    "x && touch {canary} || touch {canary} | tee {canary} > {canary} < /dev/null &",
+    "@@POOL@@ @@STARTUP_SCRIPT@@ CORRAL_STARTUP_EOF_0 CORRAL_CONFIG_EOF_0 EOF",
+    "\\'\\\"\\\\ %s %n {{}} \t\r\v\f",
+    "Grüße 日本語 🚀 \u202eevil\u202c \u200b \ufeff é",
+]
+
+
+def _hostile(canary: Path) -> list[str]:
+    return [h.format(canary=canary) for h in HOSTILE]
+
+
+def _refused_unchanged(api: ApiClient, cluster: Cluster, status: int, **call: Any) -> Any:
+    before = snapshot(cluster)
+    reply = api.call("POST", "/experiments", **call)
+    assert reply.status == status, reply.text
+    assert snapshot(cluster) == before
+    assert "Traceback" not in reply.text
+    return reply.json
+
+
+# ---- sizes and shapes ------------------------------------------------------------------------
+def test_an_oversized_body_is_refused_before_parsing(api: ApiClient, cluster: Cluster) -> None:
+    # Not even JSON: had it been parsed, the answer would be 400 "not valid JSON".
+    body = "{" + "x" * MAX_BODY_BYTES
+    error = _refused_unchanged(api, cluster, 413, raw_body=body)
+    assert f"{MAX_BODY_BYTES:,} bytes" in error["message"]
+
+
+def test_the_size_counts_bytes_not_characters(api: ApiClient, cluster: Cluster) -> None:
+    # 4-byte characters: under the limit in characters, over it in UTF-8.
+    text = json.dumps(
+        {"config": {"description": "🚀" * (MAX_BODY_BYTES // 4 + 1)}}, ensure_ascii=False
+    )
+    assert len(text) < MAX_BODY_BYTES < len(text.encode())
+    _refused_unchanged(api, cluster, 413, raw_body=text)
+
+
+def test_a_body_just_under_the_limit_is_parsed(api: ApiClient, cluster: Cluster) -> None:
+    padding = MAX_BODY_BYTES - 200
+    reply = api.post("/experiments", {"config": {"entrypoint": "x", "description": "d" * padding}})
+    assert reply.status == 201, reply.text[:300]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[" * 100_000 + "]" * 100_000,
+        '{"config": ' + '{"a": ' * 5_000 + "1" + "}" * 5_000 + "}",
+        '{"config": {"entrypoint": "x", "hyperparameters": {"h": '
+        + "[" * (MAX_JSON_DEPTH + 1)
+        + "]" * (MAX_JSON_DEPTH + 1)
+        + "}}}",
+    ],
+    ids=["arrays", "objects", "just-over"],
+)
+def test_deep_nesting_is_refused_with_the_limit(
+    api: ApiClient, cluster: Cluster, body: str
+) -> None:
+    error = _refused_unchanged(api, cluster, 400, raw_body=body)
+    assert f"limit of {MAX_JSON_DEPTH} levels" in error["message"]
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(api: ApiClient) -> None:
+    text = '[{"\\"]}' * 200
+    reply = api.post("/experiments", {"config": {"entrypoint": "x", "description": text}})
+    assert reply.status == 201, reply.text
+
+
+def test_deep_yaml_text_is_a_400_not_a_500(api: ApiClient, cluster: Cluster) -> None:
+    yaml_text = "entrypoint: x\nhyperparameters:\n  h: " + "[" * 5_000 + "]" * 5_000 + "\n"
+    error = _refused_unchanged(api, cluster, 400, body={"config": yaml_text})
+    assert "nested too deeply" in error["message"]
+
+
+def test_bytes_that_are_not_utf8_are_a_400(cluster: Cluster, api: ApiClient) -> None:
+    # As the local server and the GCP function hand them over: declared JSON, not text.
+    event = http_event(
+        "POST", "/experiments", [("content-type", "application/json")], b"\xff\xfe{", "1.2.3.4"
+    )
+    assert event["isBase64Encoded"] is True
+    event["requestContext"]["authorizer"] = {"iam": {"userArn": user_arn()}}
+    before = snapshot(cluster)
+    reply = api.resolver.resolve(event, None)
+    assert reply["statusCode"] == 400, reply
+    assert "UTF-8" in json.loads(reply["body"])["message"]
+    assert snapshot(cluster) == before
+
+
+def test_the_resolver_decodes_json_with_the_guard(api: ApiClient) -> None:
+    # install_body_limits sets a private Powertools attribute: fail loudly if it moves.
+    assert api.resolver._json_body_deserializer is http_events.parse_json_body
+
+
+# ---- searches too large ------------------------------------------------------------------------
+def test_a_grid_of_100000_trials_is_refused_naming_the_limit(
+    api: ApiClient, cluster: Cluster
+) -> None:
+    config = {
+        "entrypoint": "python train.py",
+        "searcher": {"name": "grid"},
+        "hyperparameters": {
+            "lr": {"type": "double", "minval": 0.0001, "maxval": 0.1, "count": 100},
+            "batch": {"type": "int", "minval": 1, "maxval": 1000, "count": 1000},
+        },
+    }
+    error = _refused_unchanged(api, cluster, 422, body={"config": config})
+    (problem,) = error["errors"]
+    assert problem["field"] == "searcher"
+    assert "100,000 trials" in problem["reason"] and f"{MAX_GRID_TRIALS:,}" in problem["reason"]
+
+
+def test_unknown_and_wrongly_typed_fields_are_refused_unchanged(
+    api: ApiClient, cluster: Cluster
+) -> None:
+    error = _refused_unchanged(
+        api, cluster, 422, body={"config": {"entrypoint": 5, "resources": {"slots_per_trial": -1}}}
+    )
+    fields = {e["field"] for e in error["errors"]}
+    assert {"entrypoint", "resources.slots_per_trial"} <= fields
+
+
+# ---- strings: stored, handed over and scripted literally ---------------------------------
+def test_hostile_strings_are_stored_and_assigned_literally(
+    api: ApiClient, cluster: Cluster, tmp_path: Path
+) -> None:
+    values = _hostile(tmp_path / "canary")
+    config = {
+        "name": values[0],
+        "description": "\n".join(values),
+        "entrypoint": ["python", "train.py", *values],  # a list: exec'd as is, no shell
+        "environment": {"environment_variables": {f"V{i}": v for i, v in enumerate(values)}},
+        "hyperparameters": {f"h{i}": v for i, v in enumerate(values)},
+    }
+    created = api.post("/experiments", {"config": config})
+    assert created.status == 201, created.text
+    shown = api.get(f"/experiments/{created.json['id']}").json
+    assert shown["name"] == values[0]
+    assert shown["config"]["description"] == "\n".join(values)
+    assert shown["config"]["entrypoint"] == ["python", "train.py", *values]
+
+    # The agent receives exactly what was sent: arguments, environment, hyperparameters.
+    cluster.pump()
+    cluster.clock.advance(60)
+    (cloud_id,) = cluster.running_cloud_ids()
+    agent_id = api.register(cloud_id).json["agent_id"]
+    cluster.pump()  # the registration woke the scheduler: the trial is assigned
+    beat = api.post(f"/agents/{agent_id}/heartbeat", {}, caller=agent_arn(cloud_id))
+    (start,) = beat.json["start"]
+    assert start["entrypoint"] == ["python", "train.py", *values]
+    assert start["environment"] | {f"V{i}": v for i, v in enumerate(values)} == start["environment"]
+    assert start["hyperparameters"] == {f"h{i}": v for i, v in enumerate(values)}
+    assert not (tmp_path / "canary").exists()
+
+
+def _run_bootstrap(script: str, root: Path) -> subprocess.CompletedProcess[bytes]:
+    path = root / "user-data.sh"
+    path.write_bytes(script.encode())
+    bin_dir = root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "corral-agent").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "corral-agent").chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CORRAL_BOOTSTRAP_ROOT": str(root),
+        "CORRAL_BOOTSTRAP_DRY_RUN": "1",
+    }
+    # Bytes, not text: text mode would turn a "\r" in a value into "\n".
+    return subprocess.run(
+        ["bash", str(path)], capture_output=True, env=env, timeout=20, check=False
+    )
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE)))
+def test_the_bootstrap_carries_hostile_values_literally(tmp_path: Path, index: int) -> None:
+    canary = tmp_path / "canary"
+    value = _hostile(canary)[index]
+    # The startup script is the pool owner's code and runs: the value follows its exit.
+    startup = f"echo startup-ran\nexit 0\n{value}\n"
+    settings = BootstrapSettings(
+        api_url=f"https://api.example.com/{value}",
+        auth="aws",
+        pool=value,  # the config refuses such names; the renderer must not rely on it
+        record_id=value,
+        startup_script=startup,
+        container_startup_script=value,
+        agent_wheel_url=f"https://cp.example.com/{value}",
+        http_proxy=value,
+        cloudwatch_log_group=value,
+        agent_settings={"extra": value},
+    )
+    script = render_bootstrap(settings, max_bytes=1_000_000)
+    syntax = subprocess.run(
+        ["bash", "-n"], input=script, capture_output=True, text=True, check=False
+    )
+    assert syntax.returncode == 0, syntax.stderr
+
+    done = _run_bootstrap(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    stdout = done.stdout.decode()
+    assert "startup-ran" in stdout
+    assert not canary.exists(), "a value ran as a command"
+    etc = tmp_path / "etc" / "corral"
+    assert (etc / "startup_script.sh").read_bytes().decode() == startup
+    config = json.loads((etc / "agent.yaml").read_text())
+    assert config["pool"] == config["record_id"] == config["container_startup_script"] == value
+    assert config["api_url"] == f"https://api.example.com/{value}"
+    assert config["http_proxy"] == config["cloudwatch_log_group"] == config["extra"] == value
+    assert f"corral[agent] @ https://cp.example.com/{value}" in stdout
+
+
+def test_a_newline_in_the_pool_name_stays_in_the_comment(tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    script = render_bootstrap(
+        BootstrapSettings(api_url="https://a", auth="aws", pool=f"gpu\ntouch {canary}\n#")
+    )
+    assert _run_bootstrap(script, tmp_path).returncode == 0
+    assert not canary.exists()
+
+
+def test_a_nul_character_is_refused_as_a_launch_error() -> None:
+    settings = BootstrapSettings(
+        api_url="https://a", auth="aws", pool="gpu", startup_script="a\x00b"
+    )
+    with pytest.raises(UnsafeValue):
+        render_bootstrap(settings)
+    with pytest.raises(LaunchError) as refused:
+        launch_script(lambda: settings, 16_384, "UserDataTooLarge")
+    assert refused.value.code == "UnsafeValue"
