@@ -24,6 +24,7 @@ from agent_runtime.identity import InstanceIdentity, MetadataSource, Notice
 from agent_runtime.interruptions import InterruptionWatcher, grace_for
 from agent_runtime.logs import CloudWatchLogs, LogShipper, PermanentLogError
 from agent_runtime.metrics import CloudWatchMetrics
+from agent_runtime.trial_metrics import MetricsTailer, metrics_dir
 from agent_runtime.trials import TrialRun, launch_spec
 from corral.protocol.agent import (
     AgentTrialState,
@@ -39,6 +40,7 @@ from corral.protocol.agent import (
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_REFUSED, EXIT_DEADMAN = 0, 2, 3, 4
+METRIC_POINTS_PER_HEARTBEAT = 500  # the rest waits in the trials' metrics files
 
 
 def _version() -> str:
@@ -84,6 +86,11 @@ class Agent:
         kw = {"runner": shutdown_runner} if shutdown_runner else {}
         self.deadman = DeadMansSwitch(clock, switch_s, config.shutdown_command, **kw)
         self.logs = LogShipper(clock)
+        # Trial metrics ride on heartbeats; a malformed line is named in the trial's log.
+        self.trial_metrics = MetricsTailer(
+            clock, on_problem=lambda trial_id, line: self.logs.add(trial_id, "stderr", line)
+        )
+        self._metrics_recovered = False
         self._metrics = metrics or (lambda: gpu_metrics(config))
         self._cloudwatch: CloudWatchMetrics | None = None
         self._stop_requested = False
@@ -131,11 +138,14 @@ class Agent:
                 for trial_id in self._leftovers:  # the trials an earlier process left behind
                     self._hand_back(trial_id, "stopped: the agent restarted")
                 self._leftovers = []
+                self._recover_metrics()
         notice = self.watcher.poll()
         if notice is not None:
             self._interrupt(notice, notify=notice.action == "preempt")
         for run in list(self.trials.values()):
             if run.poll(now):
+                if run.terminal:
+                    self.trial_metrics.end_run(run.trial_id)  # its file is complete now
                 self._send_status(run)
         if self.agent_id is not None and now >= self._next_flush:
             self._next_flush = now + self.config.log_flush_interval_s
@@ -202,6 +212,20 @@ class Agent:
         self._setup_cloudwatch()
         log.info("registered as %s with %d GPU(s)", self.agent_id, len(self.gpus))
 
+    def _recover_metrics(self) -> None:
+        """Once, after the first registration: metrics files an earlier agent process left
+        unsent are shipped from their start (the control plane drops what it already has)."""
+        if self._metrics_recovered:
+            return
+        self._metrics_recovered = True
+        try:
+            found = self.trial_metrics.recover(self.config.work_dir / "trials")
+        except OSError as exc:
+            log.warning("cannot look for unsent trial metrics: %s", exc)
+            return
+        if found:
+            log.info("shipping the metrics of %d earlier run(s) again", found)
+
     def _setup_cloudwatch(self) -> None:
         c, region = self.config, self.config.aws_region or self.identity.region
         tags = {"InstanceId": self.identity.cloud_id, "Pool": c.pool}
@@ -229,9 +253,11 @@ class Agent:
         statuses = {tid: run.status() for tid, run in self.trials.items()}
         notice = self.watcher.notice
         metrics = self._metrics()
+        points, taken = self.trial_metrics.batch(METRIC_POINTS_PER_HEARTBEAT)
         request = HeartbeatRequest(
             trials=list(statuses.values()),
             gpu_metrics=metrics,
+            metrics=points,
             draining=self.leaving or self.drain_notice,  # our own wish, not an echo
             interruption_notice=notice is not None and notice.action == "preempt",
         )
@@ -257,6 +283,7 @@ class Agent:
         self._failures = 0
         self._next_heartbeat = now + self.interval
         self.deadman.contact()
+        self.trial_metrics.acked(taken, set(reply.metrics_retry))
         for tid, sent in statuses.items():
             self._acked(self.trials[tid], sent)
         if self._cloudwatch is not None:
@@ -291,6 +318,10 @@ class Agent:
             return
         if run.terminal and not self.logs.flush_trial(run.trial_id, self._send_logs):
             log.warning("last output of %s not delivered yet; it follows", run.trial_id)
+        if run.terminal and self.trial_metrics.unsent(run.trial_id):
+            # Its last metric points go first too (a heartbeat stores them before the
+            # statuses it carries), so a finished trial already shows its final metrics.
+            self._heartbeat(self.clock.monotonic())
         status = run.status()
         log.info("trial %s: %s (exit code %s)", run.trial_id, status.state, status.exit_code)
         try:
@@ -317,7 +348,15 @@ class Agent:
         if self.leaving or self.drain_notice or self._exit_when_done is not None:
             self._hand_back(a.trial_id, "not started: the agent is shutting down")
             return
-        spec = launch_spec(a, self.config, self.agent_id, self.executor.in_container)
+        # Only node rank 0 of a trial reports metrics (the others get /dev/null).
+        metrics_file = None
+        if a.rendezvous is None or a.rendezvous.node_rank == 0:
+            try:
+                directory = metrics_dir(self.config.work_dir, a.trial_id)
+                metrics_file = self.trial_metrics.start_run(a.trial_id, directory)
+            except OSError as exc:  # the trial runs anyway; its metrics go nowhere
+                log.warning("no metrics file for %s: %s", a.trial_id, exc)
+        spec = launch_spec(a, self.config, self.agent_id, self.executor.in_container, metrics_file)
         run = TrialRun(a, spec, self.executor, lambda s, line: self.logs.add(a.trial_id, s, line))
         self.trials[a.trial_id] = run
         self.logs.start_run(a.trial_id)
@@ -381,7 +420,9 @@ class Agent:
             return
         running = [r for r in self.trials.values() if not r.terminal]
         # Registered: wait until every end was reported and every log line delivered.
-        unreported = self.agent_id is not None and (bool(self.trials) or self.logs.backlog() > 0)
+        unreported = self.agent_id is not None and (
+            bool(self.trials) or self.logs.backlog() > 0 or self.trial_metrics.backlog() > 0
+        )
         late = self._exit_deadline is not None and now >= self._exit_deadline
         if late or not (running or unreported):
             self.exit_code = self._exit_when_done

@@ -10,17 +10,24 @@ and the trial uploads to ``CORRAL_CHECKPOINT_URI`` itself). After each checkpoin
 the checkpoint's reference (a path or URI, one line) to ``$CORRAL_CHECKPOINT_DIR/latest``
 (also given as ``CORRAL_LATEST_CHECKPOINT_FILE``). The agent reads that file and reports it;
 the next run of the trial gets it back as ``CORRAL_LATEST_CHECKPOINT``.
+
+Metrics (docs/metrics.md): the trial appends JSON lines to ``CORRAL_METRICS_FILE`` (on the
+agents of node rank 0 only; elsewhere it is ``/dev/null``), or calls ``corral_trial``, a
+helper module whose directory leads ``PYTHONPATH``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from corral.protocol.agent import TrialAssignment
 
 LATEST_FILE = "latest"
+HELPER_DIR = Path(__file__).resolve().parent / "trial_helper"  # holds corral_trial.py
+HELPER_MOUNT = "/opt/corral/python"  # where a container sees it
 
 
 def checkpoint_dir(assignment: TrialAssignment, work_dir: Path) -> Path:
@@ -47,9 +54,13 @@ def trial_env(
     checkpoint_path: Path,
     proxies: dict[str, str],
     in_container: bool,
+    metrics_file: Path | None = None,
 ) -> dict[str, str]:
     a = assignment
     env: dict[str, str] = {**proxies, **a.environment}
+    helper = HELPER_MOUNT if in_container else str(HELPER_DIR)
+    user_path = a.environment.get("PYTHONPATH")
+    env["PYTHONPATH"] = f"{helper}:{user_path}" if user_path else helper
     env.update(
         {
             "CORRAL_TRIAL_ID": a.trial_id,
@@ -59,6 +70,7 @@ def trial_env(
             "CORRAL_CHECKPOINT_URI": a.checkpoint.storage_uri,
             "CORRAL_CHECKPOINT_DIR": str(checkpoint_path),
             "CORRAL_LATEST_CHECKPOINT_FILE": str(checkpoint_path / LATEST_FILE),
+            "CORRAL_METRICS_FILE": str(metrics_file) if metrics_file else os.devnull,
         }
     )
     if a.checkpoint.latest:

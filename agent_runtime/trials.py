@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 
 from agent_runtime.config import AgentConfig
 from agent_runtime.executors import (
@@ -26,7 +27,11 @@ LAUNCH_FAILED_EXIT = 125  # what `docker run` says when the container could not 
 
 
 def launch_spec(
-    a: TrialAssignment, config: AgentConfig, agent_id: str, in_container: bool
+    a: TrialAssignment,
+    config: AgentConfig,
+    agent_id: str,
+    in_container: bool,
+    metrics_file: Path | None = None,
 ) -> LaunchSpec:
     """What to run for an assignment: the agent's defaults under the assignment's choices."""
     ckpt = checkpoint_dir(a, config.work_dir)
@@ -36,6 +41,7 @@ def launch_spec(
         checkpoint_path=ckpt,
         proxies=config.proxy_env(),
         in_container=in_container,
+        metrics_file=metrics_file,
     )
     if config.container_startup_script:
         env[STARTUP_SCRIPT_ENV] = config.container_startup_script
@@ -48,6 +54,7 @@ def launch_spec(
         gpus=list(a.gpus),
         work_dir=config.work_dir / "trials" / a.trial_id,
         checkpoint_dir=ckpt,
+        metrics_dir=metrics_file.parent if metrics_file else None,
         image=a.image,
         bind_mounts=list(a.bind_mounts),
         uid=a.run_as_uid if a.run_as_uid is not None else config.run_as_uid,

@@ -12,7 +12,10 @@ trial_env.py):
   written to ``$CORRAL_CHECKPOINT_DIR/latest`` so the agent can report it;
 - a restarted trial gets that path back in ``CORRAL_LATEST_CHECKPOINT`` and resumes from it;
 - SIGTERM (a spot interruption, a kill) finishes the current step, checkpoints and exits
-  143, so the agent sees a stopped trial, not a finished one.
+  143, so the agent sees a stopped trial, not a finished one;
+- metrics go through ``corral_trial`` (docs/metrics.md), which the agent puts on the trial's
+  ``PYTHONPATH``: the training loss every step, ``validation_loss`` and ``accuracy`` (the
+  experiment's ``searcher.metric``) every epoch. Run by hand, without it, they are printed only.
 
 Run it by hand: ``CORRAL_HPARAMS='{"epochs": 2}' python examples/train.py``.
 """
@@ -28,6 +31,11 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+try:
+    import corral_trial  # on PYTHONPATH when an agent runs this (docs/metrics.md)
+except ImportError:  # run by hand: metrics are printed only
+    corral_trial = None
 
 FEATURES = 8
 SAMPLES = 2048
@@ -125,22 +133,28 @@ def main() -> int:
     print(f"training: {json.dumps(hp, sort_keys=True)}, {total} steps", flush=True)
     while state["step"] < total:
         batch = rng.sample(range(split), min(hp["batch_size"], split))
-        grad_w, grad_b = [0.0] * FEATURES, 0.0
+        grad_w, grad_b, batch_loss = [0.0] * FEATURES, 0.0, 0.0
         for i in batch:
-            x = train[0][i]
-            err = sigmoid(sum(wi * xi for wi, xi in zip(w, x, strict=True)) + b) - train[1][i]
+            x, y = train[0][i], train[1][i]
+            p = sigmoid(sum(wi * xi for wi, xi in zip(w, x, strict=True)) + b)
+            batch_loss -= y * math.log(p + 1e-12) + (1 - y) * math.log(1 - p + 1e-12)
+            err = p - y
             grad_w = [g + err * xi for g, xi in zip(grad_w, x, strict=True)]
             grad_b += err
         w = [wi - hp["learning_rate"] * g / len(batch) for wi, g in zip(w, grad_w, strict=True)]
         b -= hp["learning_rate"] * grad_b / len(batch)
         state.update(step=state["step"] + 1, w=w, b=b)
         time.sleep(hp["seconds_per_step"])
+        if corral_trial is not None:  # the helper reports from rank 0 only
+            corral_trial.report_training(state["step"], loss=batch_loss / len(batch))
         if state["step"] % hp["steps_per_epoch"] == 0:
             loss, acc = evaluate(w, b, *valid)
             print(
                 f"step {state['step']}/{total} validation_loss={loss:.4f} accuracy={acc:.3f}",
                 flush=True,
             )
+            if corral_trial is not None:
+                corral_trial.report_validation(state["step"], validation_loss=loss, accuracy=acc)
         if rank != 0:  # multi-agent trials: node rank 0 owns the checkpoints
             if stop["requested"]:
                 return 143

@@ -52,6 +52,7 @@ class LaunchSpec:
     gpus: list[int]
     work_dir: Path  # per-trial scratch directory on the host (cwd of a process trial)
     checkpoint_dir: Path  # host path, mounted at the same path in a container
+    metrics_dir: Path | None = None  # holds CORRAL_METRICS_FILE; mounted like checkpoints
     image: str | None = None
     bind_mounts: list[BindMount] = field(default_factory=list)
     uid: int | None = None

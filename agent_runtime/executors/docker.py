@@ -16,6 +16,7 @@ from typing import Any
 
 from agent_runtime.config import AgentConfig
 from agent_runtime.executors import STARTUP_SCRIPT_ENV, LaunchSpec, LineSink
+from agent_runtime.trial_env import HELPER_DIR, HELPER_MOUNT
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,14 @@ class DockerExecutor:
         env = dict(spec.env)
         if c.container_startup_script:  # normally already there (trials.launch_spec)
             env[STARTUP_SCRIPT_ENV] = c.container_startup_script
-        volumes = [f"{spec.checkpoint_dir}:{spec.checkpoint_dir}:rw"] + [
+        # The checkpoints, the corral_trial helper (on PYTHONPATH) and the metrics file.
+        volumes = [
+            f"{spec.checkpoint_dir}:{spec.checkpoint_dir}:rw",
+            f"{HELPER_DIR}:{HELPER_MOUNT}:ro",
+        ]
+        if spec.metrics_dir is not None:
+            volumes.append(f"{spec.metrics_dir}:{spec.metrics_dir}:rw")
+        volumes += [
             f"{m.host_path}:{m.container_path}:{'ro' if m.read_only else 'rw'}"
             for m in spec.bind_mounts
         ]

@@ -118,7 +118,9 @@ class ProcessExecutor:
         env = {**base, **spec.env}
         if spec.uid is not None or spec.gid is not None:
             # The trial must be able to write its scratch and checkpoint directories.
-            for path in (spec.work_dir, spec.checkpoint_dir):
+            owned = [spec.work_dir, spec.checkpoint_dir]
+            owned += [spec.metrics_dir] if spec.metrics_dir is not None else []
+            for path in owned:
                 os.chown(
                     path,
                     spec.uid if spec.uid is not None else -1,

@@ -8,6 +8,7 @@ from typing import Any
 from agent_runtime.config import AgentConfig
 from agent_runtime.executors import LaunchSpec, wrap_entrypoint
 from agent_runtime.executors.docker import LABEL_TRIAL, DockerExecutor
+from agent_runtime.trial_env import HELPER_DIR
 from corral.protocol.agent import BindMount
 
 
@@ -77,6 +78,7 @@ def test_run_arguments(tmp_path: Path) -> None:
         gpus=[2, 3],
         work_dir=tmp_path / "w",
         checkpoint_dir=tmp_path / "ckpt",
+        metrics_dir=tmp_path / "w" / "metrics",
         image="pytorch/pytorch:2.3",
         bind_mounts=[
             BindMount(host_path="/data", container_path="/data", read_only=True),
@@ -94,6 +96,8 @@ def test_run_arguments(tmp_path: Path) -> None:
     assert kw["user"] == "1000:1000"
     assert kw["volumes"] == [
         f"{tmp_path}/ckpt:{tmp_path}/ckpt:rw",
+        f"{HELPER_DIR}:/opt/corral/python:ro",  # corral_trial, on the trial's PYTHONPATH
+        f"{tmp_path}/w/metrics:{tmp_path}/w/metrics:rw",  # CORRAL_METRICS_FILE is in there
         "/data:/data:ro",
         "/scratch:/s:rw",
     ]

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, assume, given, seed, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis.checks import (
     content_type_conformance,
@@ -96,20 +96,6 @@ CHECKS = [
 ]
 
 
-def _known_bug(case: Any) -> bool:
-    """Inputs of bugs found by this fuzzer and reported, not yet fixed (each names the fix);
-    skipped so the rest of the operation is still fuzzed. Delete an entry once fixed.
-
-    - POST /commands with an empty string in ``argv``: ``command_job`` builds an
-      ExperimentConfig that refuses it, and the pydantic error escapes as a 500. Fix:
-      ``RunCommandRequest.argv: list[Annotated[str, Field(min_length=1)]]`` (api/schemas)
-      or a ConfigError for ``argv[i]`` in ``domain/config/experiment.command_job``.
-    """
-    body = case.body if isinstance(case.body, dict) else {}
-    argv = body.get("argv")
-    return case.operation.label == "POST /commands" and isinstance(argv, list) and "" in argv
-
-
 def _names_what_is_wrong(status: int, body: Any) -> None:
     error = ErrorBody.model_validate(body)  # also: no traceback, no framework error shape
     assert error.message.strip(), body
@@ -153,7 +139,6 @@ def test_fuzz(operation: Any, mode: GenerationMode) -> None:
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         case = data.draw(operation.as_strategy(generation_mode=mode))
-        assume(not _known_bug(case))
         response = case.call(headers=HEADERS)
         case.validate_response(response, checks=checks, headers=HEADERS)
         if 400 <= response.status_code < 500:

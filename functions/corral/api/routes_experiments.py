@@ -7,9 +7,10 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
-from corral.api import views
+from corral.api import metrics_views, views
 from corral.api.deps import Deps
 from corral.api.openapi import errors
+from corral.api.schemas.metrics import ExperimentMetrics, TrialMetricsPage
 from corral.api.schemas.public import (
     CreateExperimentRequest,
     ExperimentDetail,
@@ -21,9 +22,12 @@ from corral.api.schemas.public import (
     TrialView,
 )
 from corral.domain.config import CommandConfig, ExperimentConfig, parse_yaml, validate
+from corral.domain.metrics import MetricKind
 from corral.services import kill, submit
 
 TAG = "experiments"
+# ?kind= of the metrics routes: "training" or "validation".
+KIND_PATTERN = "^(" + "|".join(k.value for k in MetricKind) + ")$"
 
 
 def config_mapping(config: dict[str, Any] | str) -> dict[str, Any]:
@@ -115,6 +119,40 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
     ) -> LogsPage:
         deps.user()
         return views.logs_page(deps.ctx(), trial_id, after_seq=after_seq, limit=limit)
+
+    @app.get(
+        "/trials/<trial_id>/metrics",
+        tags=[TAG],
+        summary="A page of a trial's metric points of one kind; follow with "
+        "after_seq=next_after_seq",
+        responses=errors(404),
+    )
+    def trial_metrics(
+        trial_id: str,
+        kind: Annotated[str, Query(pattern=KIND_PATTERN)] = "validation",
+        after_seq: Annotated[int, Query(ge=-1)] = -1,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+    ) -> TrialMetricsPage:
+        deps.user()
+        return metrics_views.trial_metrics_page(
+            deps.ctx(), trial_id, kind=MetricKind(kind), after_seq=after_seq, limit=limit
+        )
+
+    @app.get(
+        "/experiments/<experiment_id>/metrics",
+        tags=[TAG],
+        summary="The learning curves of one metric for the experiment's trials (one chart)",
+        responses=errors(404),
+    )
+    def experiment_metrics(
+        experiment_id: str,
+        name: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        kind: Annotated[str, Query(pattern=KIND_PATTERN)] = "validation",
+    ) -> ExperimentMetrics:
+        deps.user()
+        return metrics_views.experiment_metrics(
+            deps.ctx(), experiment_id, name=name, kind=MetricKind(kind)
+        )
 
     @app.post(
         "/commands",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
+from corral.api.metrics_views import by_trial, experiment_best, trial_fields
 from corral.api.schemas.public import (
     BackoffView,
     BreakerView,
@@ -36,6 +37,7 @@ from corral.api.schemas.public import (
 from corral.domain import backoff, cost
 from corral.domain.errors import NotFoundError
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState
+from corral.domain.metrics import MetricSummary
 from corral.domain.planner import PoolPlan
 from corral.domain.policy import PoolPolicy
 from corral.domain.records import Event, Experiment, ExperimentState, Heartbeat
@@ -118,7 +120,9 @@ def _experiment(
 ) -> tuple[ExperimentView, list[TrialView]]:
     order = {t: n for n, t in enumerate(experiment.trial_ids)}
     trials = sorted(trials, key=lambda t: (order.get(t.id, len(order)), t.id))
-    views = [_trial(ctx, t) for t in trials]
+    # Metric summaries only (never the points): one batched read for all the trials.
+    metrics = by_trial(ctx.store.metric_summaries([t.id for t in trials]))
+    views = [_trial(ctx, t, metrics.get(t.id, [])) for t in trials]
     counts = Counter(t.state.value for t in trials)
     summary = ExperimentView(
         id=experiment.id,
@@ -133,6 +137,7 @@ def _experiment(
         trials_by_state={s.value: counts.get(s.value, 0) for s in TrialState},
         cost_usd=sum(v.cost_usd for v in views),
         gpu_hours=sum(v.gpu_hours for v in views),
+        best=experiment_best(experiment, trials, metrics),
     )
     return summary, views
 
@@ -158,7 +163,7 @@ def _waiting_reason(trial: Trial) -> str | None:
     return None
 
 
-def _trial(ctx: Context, trial: Trial) -> TrialView:
+def _trial(ctx: Context, trial: Trial, metrics: list[MetricSummary] | None = None) -> TrialView:
     # A trial's cost is settled when it leaves its GPUs; while it holds them, price the
     # stretch since it was assigned as the settlement would (read-only: nothing is written).
     instances = {
@@ -167,6 +172,9 @@ def _trial(ctx: Context, trial: Trial) -> TrialView:
         if (inst := ctx.store.get_instance(i)) is not None
     }
     priced = settle_trial_cost(trial, instances, ctx.clock.now())
+    if metrics is None:
+        metrics = ctx.store.metric_summaries([trial.id])
+    latest_metrics, best_value = trial_fields(metrics)
     return TrialView(
         id=trial.id,
         experiment_id=trial.experiment_id,
@@ -190,6 +198,8 @@ def _trial(ctx: Context, trial: Trial) -> TrialView:
         hyperparameters=trial.hyperparameters,
         ran_on=list(trial.ran_on),
         history=_history(trial.history),
+        latest_metrics=latest_metrics,
+        best_value=best_value,
     )
 
 

@@ -12,15 +12,25 @@ from corral.cli.render import EndpointOption, JsonOption
 
 app = typer.Typer(help="Inspect agents (one per instance).", no_args_is_help=True)
 
+Col = render.Col
 AGENT_COLUMNS: list[render.Column] = [
-    ("INSTANCE", lambda i: i.get("id")),
-    ("CLOUD ID", lambda i: i.get("cloud_id") or "-"),
-    ("STATE", lambda i: render.state(i.get("state"))),
-    ("OFFERING", lambda i: f"{i.get('instance_type')} {i.get('capacity_type')}"),
-    ("SLOTS", lambda i: f"{i.get('slots', 0) - i.get('free_slots', 0)}/{i.get('slots', 0)} used"),
-    ("TRIALS", lambda i: ",".join(i.get("trials") or []) or "-"),
-    ("IDLE", lambda i: render.duration(i.get("idle_s")) if i.get("idle_s") is not None else "-"),
-    ("COST", lambda i: render.money(i.get("cost_usd"))),
+    Col("INSTANCE", lambda i: i.get("id"), fit="keep"),
+    Col("STATE", lambda i: render.state(i.get("state")), fit="keep"),
+    Col("OFFERING", lambda i: f"{i.get('instance_type')} {i.get('capacity_type')}"),
+    Col(
+        "GPUS",
+        lambda i: f"{i.get('slots', 0) - i.get('free_slots', 0)}/{i.get('slots', 0)}",
+        fit="keep",
+    ),
+    Col("TRIALS", lambda i: ",".join(i.get("trials") or []) or "-"),
+    Col(
+        "IDLE",
+        lambda i: render.duration(i.get("idle_s")) if i.get("idle_s") is not None else "-",
+        fit="keep",
+    ),
+    Col("COST", lambda i: render.money(i.get("cost_usd")), fit="keep"),
+    # The cloud's id: for the cloud console; Corral's commands take the INSTANCE id.
+    Col("CLOUD ID", lambda i: i.get("cloud_id") or "-", fit="keep", drop=1),
 ]
 
 

@@ -105,7 +105,8 @@ def _error_message(status: int, body: bytes) -> str:
             for e in data.get("errors") or []
             if isinstance(e, dict)
         ]
-        return "; ".join([message, *problems]) if problems else message
+        # A message that is its one problem ("field: reason") is said once, not twice.
+        return "; ".join(dict.fromkeys([message, *problems]))
     text = body.decode("utf-8", errors="replace").strip().splitlines()
     return text[0][:200] if text else f"HTTP {status}"
 

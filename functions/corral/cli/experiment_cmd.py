@@ -18,15 +18,24 @@ app = typer.Typer(help="Submit, list, inspect and kill experiments.", no_args_is
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 TRIAL_TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 
+Col = render.Col
 EXPERIMENT_COLUMNS: list[render.Column] = [
-    ("EXPERIMENT", lambda e: e.get("id")),
-    ("NAME", lambda e: e.get("name")),
-    ("STATE", lambda e: render.state(e.get("state"))),
-    ("POOL", lambda e: e.get("pool")),
-    ("TRIALS", lambda e: render.by_state(e.get("trials_by_state"))),
-    ("SUBMITTED", lambda e: render.age(e.get("submitted_at"))),
-    ("COST", lambda e: render.money(e.get("cost_usd"))),
+    Col("EXPERIMENT", lambda e: e.get("id"), fit="keep"),
+    Col("NAME", lambda e: e.get("name")),
+    Col("STATE", lambda e: render.state(e.get("state")), fit="keep"),
+    Col("POOL", lambda e: e.get("pool"), drop=2),
+    Col("TRIALS", lambda e: render.by_state(e.get("trials_by_state"))),
+    Col("BEST", lambda e: render.metric((e.get("best") or {}).get("value")), drop=3),
+    Col("SUBMITTED", lambda e: render.age(e.get("submitted_at")), fit="keep", drop=1),
+    Col("COST", lambda e: render.money(e.get("cost_usd")), fit="keep"),
 ]
+
+
+def best_line(best: dict[str, Any] | None) -> str:
+    """``validation_loss=0.31 (exp-1.t0002)``, or "-" before any trial reported it."""
+    if not best:
+        return "-"
+    return f"{best.get('metric')}={render.metric(best.get('value'))} ({best.get('trial_id')})"
 
 
 def read_config(file: Path) -> str:
@@ -171,6 +180,7 @@ def describe(
                 ("trials", render.by_state(e.get("trials_by_state"))),
                 ("GPU-hours", f"{e.get('gpu_hours', 0):.4f}"),
                 ("cost", render.money(e.get("cost_usd"))),
+                ("best", best_line(e.get("best"))),
             ],
         )
         render.table("Trials", render.TRIAL_COLUMNS, e.get("trials") or [])

@@ -6,6 +6,9 @@ logic in the domain or services.
 
 from __future__ import annotations
 
+from importlib import metadata
+from typing import Annotated
+
 import typer
 
 from corral.cli import (
@@ -28,6 +31,34 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def version() -> str:
+    """The installed package's version (``pyproject.toml``), as pip knows it."""
+    try:
+        return metadata.version("corral")
+    except metadata.PackageNotFoundError:  # run from a source tree never installed
+        return "unknown"
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"corral {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(experiment_cmd.app, name="experiment")

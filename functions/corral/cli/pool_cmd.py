@@ -17,17 +17,27 @@ def _offerings(offerings: list[dict[str, object]]) -> str:
     return f"{len(offerings)}" + (f"; unavailable: {', '.join(refused)}" if refused else "")
 
 
+Col = render.Col
 POOL_COLUMNS: list[render.Column] = [
-    ("POOL", lambda p: str(p.get("name")) + (" (default)" if p.get("is_default") else "")),
-    ("INSTANCES", lambda p: render.by_state(p.get("instances_by_state"))),
-    ("RANGE", lambda p: f"{p.get('min_instances')}..{p.get('max_instances')}"),
-    ("PENDING", lambda p: p.get("trials_pending")),
-    ("RUNNING", lambda p: p.get("trials_running")),
-    ("OFFERINGS", lambda p: _offerings(p.get("offerings") or [])),
-    ("SPENT", lambda p: render.money((p.get("budget") or {}).get("spent_usd"))),
-    ("BLOCKED", lambda p: p.get("blocked_reason") or ""),
+    Col(
+        "POOL",
+        lambda p: str(p.get("name")) + (" (default)" if p.get("is_default") else ""),
+        fit="keep",
+    ),
+    Col("INSTANCES", lambda p: render.by_state(p.get("instances_by_state"))),
+    Col("RANGE", lambda p: f"{p.get('min_instances')}..{p.get('max_instances')}", fit="keep"),
+    Col("PENDING", lambda p: p.get("trials_pending"), fit="keep"),
+    Col("RUNNING", lambda p: p.get("trials_running"), fit="keep", drop=2),
+    Col("OFFERINGS", lambda p: _offerings(p.get("offerings") or []), drop=3),
+    Col(
+        "SPENT",
+        lambda p: render.money((p.get("budget") or {}).get("spent_usd")),
+        fit="keep",
+        drop=1,
+    ),
+    Col("BLOCKED", lambda p: p.get("blocked_reason") or "", fit="wrap"),
     # Pending trials no launch serves (at max_instances, budget, backoff, breaker, refusals).
-    ("CANNOT SERVE", lambda p: p.get("cannot_serve") or ""),
+    Col("CANNOT SERVE", lambda p: p.get("cannot_serve") or "", fit="wrap"),
 ]
 
 

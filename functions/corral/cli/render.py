@@ -7,12 +7,15 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Annotated, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from corral.cli.client import EXIT_ERROR, CliError
 
@@ -25,7 +28,24 @@ EndpointOption = Annotated[
     typer.Option("--endpoint", envvar="CORRAL_ENDPOINT", help="API URL (default: local stack)."),
 ]
 
-Column = tuple[str, Callable[[dict[str, Any]], Any]]
+
+@dataclass(frozen=True)
+class Col:
+    """A table column. ``fit`` says what happens when the table is wider than the terminal:
+    ``keep`` (ids, short figures) is never cut; ``cut`` stays on one line and ends in "…";
+    ``wrap`` (free text: a reason) takes several lines, broken at spaces. If cutting is not
+    enough, columns with a ``drop`` rank are left out, rank 1 first."""
+
+    header: str
+    get: Callable[[dict[str, Any]], Any]
+    fit: Literal["keep", "cut", "wrap"] = "cut"
+    drop: int = 0
+
+
+Column = Col | tuple[str, Callable[[dict[str, Any]], Any]]
+MIN_CUT = 8  # narrowest a "cut" column gets (the header's width if that is more)
+MIN_WRAP = 16
+GAP = 3  # between columns: padding, rule, padding
 
 
 @contextlib.contextmanager
@@ -96,16 +116,72 @@ def state(value: Any) -> str:
     return f"[{style}]{text}[/{style}]" if style else text
 
 
+def _col(column: Column, first: bool) -> Col:
+    if isinstance(column, Col):
+        return column
+    return Col(column[0], column[1], fit="keep" if first else "cut")
+
+
+def _fit(cols: list[Col], cells: list[list[str]], width: int) -> tuple[list[Col], list[int]]:
+    """The columns to show and each one's width, so the table fits ``width`` if it can:
+    cut and wrap columns give up width first, then droppable columns go."""
+    natural = [
+        max([Text(c.header).cell_len] + [Text.from_markup(row[n]).cell_len for row in cells])
+        for n, c in enumerate(cols)
+    ]
+    shown = list(range(len(cols)))
+    while True:
+        widths = {i: natural[i] for i in shown}
+        floor = {
+            i: natural[i]
+            if cols[i].fit == "keep"
+            else min(
+                natural[i], max(len(cols[i].header), MIN_WRAP if cols[i].fit == "wrap" else MIN_CUT)
+            )
+            for i in shown
+        }
+        excess = sum(widths.values()) + GAP * (len(shown) - 1) - width
+        # Take the excess from the widest flexible columns first, down to their floors.
+        while excess > 0:
+            flexible = [i for i in shown if widths[i] > floor[i]]
+            if not flexible:
+                break
+            widest = max(flexible, key=lambda i: widths[i] - floor[i])
+            widths[widest] -= 1
+            excess -= 1
+        droppable = [i for i in shown if cols[i].drop]
+        if excess <= 0 or not droppable:
+            return [cols[i] for i in shown], [widths[i] for i in shown]
+        shown.remove(min(droppable, key=lambda i: (cols[i].drop, -i)))
+
+
 def table(title: str | None, columns: Sequence[Column], rows: Sequence[dict[str, Any]]) -> None:
+    """Rows as a table that fits the terminal (80 columns included): headers and ids are
+    never broken, long values are cut with "…" or wrapped at spaces, low-value columns go."""
     if not rows:
         console.print(f"no {title.lower() if title else 'rows'}")
         return
-    out = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
-    for n, (header, _) in enumerate(columns):
-        # Ids stay whole (they are copied into the next command); other cells fold.
-        out.add_column(header, overflow="fold", no_wrap=n == 0)
-    for row in rows:
-        out.add_row(*(str(get(row)) for _, get in columns))
+    cols = [_col(c, n == 0) for n, c in enumerate(columns)]
+    cells = [[str(c.get(row)) for c in cols] for row in rows]
+    shown, widths = _fit(cols, cells, console.width)
+    index = [cols.index(c) for c in shown]
+    out = Table(
+        title=title,
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+        box=box.SIMPLE_HEAD,
+        header_style="bold",
+    )
+    for c, w in zip(shown, widths, strict=True):
+        out.add_column(
+            c.header,
+            width=w,
+            no_wrap=c.fit != "wrap",
+            overflow="fold" if c.fit == "wrap" else "ellipsis",
+        )
+    for row in cells:
+        out.add_row(*(row[i] for i in index))
     console.print(out)
 
 
@@ -122,14 +198,44 @@ def by_state(counts: dict[str, int] | None) -> str:
     return ", ".join(f"{n} {s.lower()}" for s, n in sorted((counts or {}).items()) if n) or "-"
 
 
+def hparams(values: Mapping[str, Any] | None) -> str:
+    """Hyperparameters on one line: ``batch_size=32 lr=0.05`` (keys sorted, values as JSON,
+    strings bare)."""
+    return (
+        " ".join(
+            f"{k}={v if isinstance(v, str) else json.dumps(v, separators=(',', ':'))}"
+            for k, v in sorted((values or {}).items())
+        )
+        or "-"
+    )
+
+
+def metric(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def metric_values(values: Mapping[str, float] | None) -> str:
+    return " ".join(f"{k}={v:.4g}" for k, v in sorted((values or {}).items())) or "-"
+
+
 TRIAL_COLUMNS: list[Column] = [
-    ("TRIAL", lambda t: t.get("id")),
-    ("STATE", lambda t: state(t.get("state"))),
-    ("SLOTS", lambda t: t.get("slots")),
-    ("ON", lambda t: ",".join(p.get("instance_id", "") for p in t.get("placement") or []) or "-"),
-    ("PREEMPTED", lambda t: t.get("preemptions", 0)),
-    ("RESTARTS", lambda t: f"{t.get('restarts', 0)}/{t.get('max_restarts', '-')}"),
-    ("COST", lambda t: money(t.get("cost_usd"))),
-    ("HYPERPARAMETERS", lambda t: json.dumps(t.get("hyperparameters") or {}, sort_keys=True)),
-    ("WHY PENDING", lambda t: t.get("pending_reason") or ""),
+    Col("TRIAL", lambda t: t.get("id"), fit="keep"),
+    Col("STATE", lambda t: state(t.get("state")), fit="keep"),
+    Col(
+        "ON",
+        lambda t: ",".join(p.get("instance_id", "") for p in t.get("placement") or []) or "-",
+        drop=1,
+    ),
+    Col("SLOTS", lambda t: t.get("slots"), fit="keep", drop=3),
+    Col("PREEMPT", lambda t: t.get("preemptions", 0), fit="keep", drop=2),
+    Col(
+        "RESTARTS",
+        lambda t: f"{t.get('restarts', 0)}/{t.get('max_restarts', '-')}",
+        fit="keep",
+        drop=4,
+    ),
+    Col("COST", lambda t: money(t.get("cost_usd")), fit="keep", drop=5),
+    Col("BEST", lambda t: metric(t.get("best_value")), fit="keep", drop=6),
+    Col("HYPERPARAMS", lambda t: hparams(t.get("hyperparameters"))),
+    Col("WHY PENDING", lambda t: t.get("pending_reason") or "", fit="wrap"),
 ]

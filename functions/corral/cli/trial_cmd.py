@@ -47,6 +47,7 @@ def describe(
         if json_out:
             render.print_json(t)
             return
+        latest = t.get("latest_metrics") or {}
         render.fields(
             f"Trial {t.get('id')}",
             [
@@ -68,7 +69,10 @@ def describe(
                 ("exit code", t.get("exit_code")),
                 ("GPU-hours", f"{t.get('gpu_hours', 0):.4f}"),
                 ("cost", render.money(t.get("cost_usd"))),
-                ("hyperparameters", t.get("hyperparameters")),
+                ("hyperparameters", render.hparams(t.get("hyperparameters"))),
+                ("best value", render.metric(t.get("best_value"))),
+                ("last training", render.metric_values(latest.get("training"))),
+                ("last validation", render.metric_values(latest.get("validation"))),
             ],
         )
         render.table(

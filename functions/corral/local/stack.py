@@ -230,9 +230,14 @@ class DevStack:
 
     # ---- run and stop -----------------------------------------------------------------
     def banner(self) -> str:
+        # The token is what a browser or curl needs (the CLI reads it from the state dir);
+        # the dashboard takes it from the URL fragment, which never reaches a server log.
         return (
             f"Corral local stack is up.\n"
             f"  API:        {self.api_url}   (docs: {self.api_url}/docs)\n"
+            f"  dashboard:  {self.api_url}/#token={self.user_token}\n"
+            f"  token:      {self.user_token}   (Authorization: Bearer <token>; "
+            f"also in {self.state.token_file})\n"
             f"  AWS (moto): {self.aws_endpoint}\n"
             f"  state:      {self.state.root}\n"
             f"  try:        corral experiment create examples/grid.yaml --follow"

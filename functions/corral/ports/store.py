@@ -6,6 +6,10 @@ Contract (held by every adapter, checked by tests/contract):
   and returns the stored copies. Either every write in one commit lands or none does
   (``ConflictError``).
 - Heartbeats, events and log lines are appended or overwritten without touching versions.
+- Trial metric series carry their own ``revision`` (``put_metric_series`` writes one only if
+  the stored revision equals it, 0 meaning absent, and stores revision + 1): writing metrics
+  never bumps the version of a trial, instance or experiment, so it never makes the
+  scheduler's conditional writes lose a race.
 - Reads by id (``get_*``) return what the last successful commit wrote. Listings (by state,
   pool, experiment, cloud id) may lag a commit on stores whose indexes are eventually
   consistent (DynamoDB GSIs, Firestore queries): a record read from a listing may be stale,
@@ -19,6 +23,7 @@ from typing import Protocol, TypeVar
 
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
+from corral.domain.metrics import MetricKind, MetricSeries, MetricSummary
 from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
 from corral.domain.trial import Trial, TrialState
 
@@ -74,6 +79,21 @@ class Store(Protocol):
     def append_logs(self, lines: Sequence[LogLine]) -> None: ...
 
     def logs(self, trial_id: str, *, after_seq: int = -1, limit: int = 1000) -> list[LogLine]: ...
+
+    # ---- trial metrics (their own revision, never a record's version) ------------------
+    def metric_series(self, trial_id: str, kind: MetricKind) -> MetricSeries | None:
+        """The stored series of one kind of one trial, read consistently."""
+        ...
+
+    def put_metric_series(self, series: MetricSeries) -> MetricSeries:
+        """Write ``series`` if the stored revision equals ``series.revision`` (0: none is
+        stored); return the stored copy (revision + 1). ``ConflictError`` otherwise."""
+        ...
+
+    def metric_summaries(self, trial_ids: Collection[str]) -> list[MetricSummary]:
+        """The summaries (no points) of every stored series of these trials, in the order
+        of ``trial_ids`` then kind; trials without metrics are left out."""
+        ...
 
 
 R = TypeVar("R", Instance, Trial, Experiment, PoolState)

@@ -105,9 +105,35 @@ class TrialStatus(_Model):
     )
 
 
+# At most this many metric points in one heartbeat (the agent sends up to 500; the rest wait
+# for the next heartbeat in the trial's metrics file).
+MAX_METRIC_POINTS = 1_000
+
+
+class MetricPointIn(_Model):
+    """One point a trial reported (docs/metrics.md). ``seq`` is the agent's number for it,
+    unique and increasing per trial across runs and agents, so a resent point is dropped."""
+
+    seq: int = Field(ge=0)
+    kind: str = Field(description="training or validation (other kinds are dropped)")
+    batches: int = Field(ge=0, description="batches trained when the values were taken")
+    values: dict[str, float] = Field(description="finite numbers by name")
+    at: float = Field(description="when the agent read it (epoch seconds)")
+
+
+class TrialMetrics(_Model):
+    trial_id: str
+    points: list[MetricPointIn] = Field(max_length=MAX_METRIC_POINTS)
+
+
 class HeartbeatRequest(_Model):
     trials: list[TrialStatus] = Field(default_factory=list)
     gpu_metrics: list[GpuMetric] = Field(default_factory=list)
+    metrics: list[TrialMetrics] = Field(
+        default_factory=list,
+        description="New metric points of trials that ran here, oldest first; agents of "
+        "protocol 1 before metrics send none",
+    )
     draining: bool = Field(
         default=False,
         description="The agent takes no new work of its own accord (SIGTERM, a rebalance "
@@ -159,6 +185,11 @@ class HeartbeatResponse(_Model):
     start: list[TrialAssignment] = Field(default_factory=list)
     stop: list[str] = Field(default_factory=list, description="Trial ids to stop now")
     drain: bool = False
+    metrics_retry: list[str] = Field(
+        default_factory=list,
+        description="Trials whose metric points were not stored this time (a lost race): "
+        "send them again. Every other point sent was stored or is a known duplicate",
+    )
 
 
 class LogLineIn(_Model):

@@ -39,6 +39,7 @@ from corral.services.shared.instance_removal import reporting, terminate, wake_s
 from corral.services.shared.service_context import Context
 from corral.services.shared.trial_release import move_off_gpus, requeue
 from corral.services.trial_deadlines import settle_trial
+from corral.services.trial_metrics import store_metrics
 
 
 def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> RegisterResponse:
@@ -185,6 +186,8 @@ def heartbeat(
         # (SIGTERM, a rebalance recommendation) only stops new work from landing there.
         kind = NoticeKind.INTERRUPTION if request.interruption_notice else NoticeKind.REBALANCE
         on_interruption_notice(ctx, proven_cloud_id, kind)
+    # Metrics first: observations on their own records, never a trial's version.
+    retry = store_metrics(ctx, record, request.metrics) if request.metrics else []
     for status in request.trials:
         # A heartbeat lists what runs there; a trial never placed here is only told to stop.
         with contextlib.suppress(Forbidden, NotFoundError):
@@ -192,7 +195,8 @@ def heartbeat(
     record = _own_record(ctx, agent_id, proven_cloud_id)
     if _settle_unreported(ctx, record, {t.trial_id for t in request.trials}):
         record = _own_record(ctx, agent_id, proven_cloud_id)
-    return _orders(ctx, record, request.trials)
+    orders = _orders(ctx, record, request.trials)
+    return orders.model_copy(update={"metrics_retry": retry}) if retry else orders
 
 
 def _settle_unreported(ctx: Context, record: Instance, known: set[str]) -> bool:

@@ -10,6 +10,10 @@
 - Results come in a fixed order: instances by ``(created_at, id)``, trials in scheduling
   order ``(priority, submitted_at, id)``, experiments newest first, events oldest first.
 - Heartbeats live in their own table, so writing one never touches a record's ``version``.
+- Trial metric series live in the logs table (no extra table, IAM grant or index): key
+  ``("metrics#<trial id>", 0 | 1)`` (training, validation; ``#`` is in no trial id), the
+  series as one map attribute, conditioned on its own ``revision``. Summaries are read with
+  a projection of ``series.summary`` only, so list views never fetch the points.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from corral.adapters.aws import dynamo_schema as schema
 from corral.adapters.aws.dynamo_codec import Item, decode_fields, encode_fields, sortable_float
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
+from corral.domain.metrics import MetricKind, MetricSeries, MetricSummary
 from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
 from corral.domain.trial import Trial, TrialState, sort_key
 from corral.ports.store import Record
@@ -361,6 +366,76 @@ class DynamoStore:
             ConsistentRead=True,
         )
         return [decode_fields(LogLine, i) for i in items][:limit]
+
+    # ---- trial metrics (in the logs table) --------------------------------------------
+    def metric_series(self, trial_id: str, kind: MetricKind) -> MetricSeries | None:
+        found = self.client.get_item(
+            TableName=self.table(schema.LOGS), Key=_metrics_key(trial_id, kind), ConsistentRead=True
+        ).get("Item")
+        if found is None or METRICS_ATTRIBUTE not in found:
+            return None
+        return decode_fields(MetricSeries, found[METRICS_ATTRIBUTE]["M"])
+
+    def put_metric_series(self, series: MetricSeries) -> MetricSeries:
+        written = replace(series, revision=series.revision + 1)
+        at = written.summary.latest_at or 0.0
+        item = (
+            _metrics_key(series.trial_id, series.kind)
+            | {METRICS_ATTRIBUTE: {"M": encode_fields(written)}}
+            | self._expiry(schema.LOGS, at)
+        )
+        put: dict[str, Any] = {"TableName": self.table(schema.LOGS), "Item": item}
+        if series.revision == 0:
+            put["ConditionExpression"] = "attribute_not_exists(#k)"
+            put["ExpressionAttributeNames"] = {"#k": "trial_id"}
+        else:
+            put["ConditionExpression"] = "#m.#r = :expected"
+            put["ExpressionAttributeNames"] = {"#m": METRICS_ATTRIBUTE, "#r": "revision"}
+            put["ExpressionAttributeValues"] = {":expected": {"N": str(series.revision)}}
+        try:
+            self.client.put_item(**put)
+        except self.client.exceptions.ConditionalCheckFailedException:
+            raise ConflictError(
+                f"stale metric series {series.trial_id}/{series.kind} (expected r{series.revision})"
+            ) from None
+        return written
+
+    def metric_summaries(self, trial_ids: Collection[str]) -> list[MetricSummary]:
+        wanted = list(dict.fromkeys(trial_ids))
+        table = self.table(schema.LOGS)
+        found: dict[tuple[str, str], MetricSummary] = {}
+        keys = [_metrics_key(t, k) for t in wanted for k in MetricKind]
+        for start in range(0, len(keys), _BATCH_GET):
+            request: dict[str, Any] = {
+                table: {
+                    "Keys": keys[start : start + _BATCH_GET],
+                    "ProjectionExpression": "#m.#s",
+                    "ExpressionAttributeNames": {"#m": METRICS_ATTRIBUTE, "#s": "summary"},
+                }
+            }
+            for attempt in range(_RETRIES + 1):
+                reply = self.client.batch_get_item(RequestItems=request)
+                for item in reply.get("Responses", {}).get(table, []):
+                    data = item.get(METRICS_ATTRIBUTE, {}).get("M", {}).get("summary")
+                    if data is not None:
+                        summary = decode_fields(MetricSummary, data["M"])
+                        found[(summary.trial_id, summary.kind.value)] = summary
+                request = reply.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                self._backoff(attempt, "BatchGetItem", table)
+        return [found[(t, k.value)] for t in wanted for k in MetricKind if (t, k.value) in found]
+
+
+METRICS_ATTRIBUTE = "series"
+_METRICS_RANGE = {MetricKind.TRAINING: 0, MetricKind.VALIDATION: 1}
+
+
+def _metrics_key(trial_id: str, kind: MetricKind) -> Item:
+    return {
+        "trial_id": {"S": f"metrics#{trial_id}"},
+        "seq": {"N": str(_METRICS_RANGE[MetricKind(kind)])},
+    }
 
 
 R = TypeVar("R", Instance, Trial)

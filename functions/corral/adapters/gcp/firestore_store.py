@@ -22,6 +22,9 @@
 - Events are keyed ``<sortable at>#<process><counter>`` (unique, ordered, ties in append
   order per process); log lines sit under their trial (``logs/<trial>/lines/<seq>``), so a
   resent line overwrites itself and a page is a range on ``seq`` within one trial.
+- Trial metric series are documents of ``<prefix>metrics`` keyed ``<trial id>#<kind>``,
+  written with the same preconditions as ``commit`` but on their own ``revision``;
+  summaries are read with a field mask (``summary`` only), so list views skip the points.
 - Observations carry ``expire_at`` for a Firestore TTL policy (retention in days; None
   keeps them forever). TTL deletes late and is never relied on for correctness.
 
@@ -39,18 +42,21 @@ from typing import Any, TypeVar
 
 from corral.adapters.gcp.firestore_codec import (
     decode_fields,
+    decode_value,
     document_id,
     encode_fields,
     sortable_float,
 )
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
+from corral.domain.metrics import MetricKind, MetricSeries, MetricSummary
 from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
 from corral.domain.trial import Trial, TrialState, sort_key
 from corral.ports.store import Record
 
 INSTANCES, TRIALS, EXPERIMENTS, POOLS = "instances", "trials", "experiments", "pools"
 HEARTBEATS, EVENTS, LOGS, LINES = "heartbeats", "events", "logs", "lines"
+METRICS = "metrics"
 # Firestore takes 500 writes per commit, but every Store holds the smallest limit of any
 # backend (DynamoDB: 100) so that code which works on one works on all.
 MAX_WRITES = 100
@@ -306,6 +312,52 @@ class FirestoreStore:
         query = self._lines(trial_id).where(filter=FieldFilter("seq", ">", after_seq))
         query = query.order_by("seq").limit(limit)
         return [decode_fields(LogLine, s.to_dict()) for s in query.stream()]
+
+    # ---- trial metrics --------------------------------------------------------------
+    def _metrics_ref(self, trial_id: str, kind: MetricKind) -> Any:
+        return self._ref(METRICS, f"{trial_id}#{MetricKind(kind).value}")
+
+    def metric_series(self, trial_id: str, kind: MetricKind) -> MetricSeries | None:
+        snapshot = self._metrics_ref(trial_id, kind).get()
+        return decode_fields(MetricSeries, snapshot.to_dict()) if snapshot.exists else None
+
+    def put_metric_series(self, series: MetricSeries) -> MetricSeries:
+        from google.api_core import exceptions
+
+        ref = self._metrics_ref(series.trial_id, series.kind)
+        (snapshot,) = self._read([ref])
+        stored = 0 if snapshot is None else int(snapshot.get("revision"))
+        stale = ConflictError(
+            f"stale metric series {series.trial_id}/{series.kind} "
+            f"(expected r{series.revision}, is r{stored})"
+        )
+        if stored != series.revision:
+            raise stale
+        written = replace(series, revision=series.revision + 1)
+        data = encode_fields(written) | self._expiry(LOGS, written.summary.latest_at or 0.0)
+        batch = self.client.batch()
+        if snapshot is None:
+            batch.create(ref, data)
+        else:
+            option = self.client.write_option(last_update_time=snapshot.update_time)
+            batch.update(ref, data, option=option)
+        try:
+            batch.commit()
+        except (exceptions.FailedPrecondition, exceptions.AlreadyExists, exceptions.NotFound):
+            raise stale from None
+        return written
+
+    def metric_summaries(self, trial_ids: Collection[str]) -> list[MetricSummary]:
+        wanted = list(dict.fromkeys(trial_ids))
+        refs = [self._metrics_ref(t, k) for t in wanted for k in MetricKind]
+        found: dict[tuple[str, str], MetricSummary] = {}
+        for chunk in _chunks(refs, 100):
+            for snapshot in self.client.get_all(chunk, field_paths=["summary"]):
+                data = snapshot.to_dict() if snapshot.exists else None
+                if data and data.get("summary") is not None:
+                    summary = decode_value(data["summary"], MetricSummary)
+                    found[(summary.trial_id, summary.kind.value)] = summary
+        return [found[(t, k.value)] for t in wanted for k in MetricKind if (t, k.value) in found]
 
 
 def _check_versions(

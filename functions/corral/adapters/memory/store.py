@@ -23,6 +23,7 @@ from corral.adapters.memory.index import Index, select
 from corral.adapters.memory.logs import EventLog, LogBook
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
+from corral.domain.metrics import MetricKind, MetricSeries, MetricSummary
 from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
 from corral.domain.trial import Trial, TrialState
 from corral.ports.store import Record
@@ -69,6 +70,7 @@ class InMemoryStore:
         self._heartbeats: dict[str, Heartbeat] = {}
         self._events = EventLog()
         self._logs = LogBook()
+        self._metrics: dict[tuple[str, MetricKind], MetricSeries] = {}
 
     # ---- versioned records ----------------------------------------------------------
     def commit(self, records: Sequence[Record]) -> list[Record]:
@@ -247,3 +249,31 @@ class InMemoryStore:
     def logs(self, trial_id: str, *, after_seq: int = -1, limit: int = 1000) -> list[LogLine]:
         with self._lock:
             return self._logs.page(trial_id, after_seq, limit)
+
+    # ---- trial metrics ----------------------------------------------------------------
+    def metric_series(self, trial_id: str, kind: MetricKind) -> MetricSeries | None:
+        with self._lock:
+            return self._metrics.get((trial_id, MetricKind(kind)))
+
+    def put_metric_series(self, series: MetricSeries) -> MetricSeries:
+        key = (series.trial_id, MetricKind(series.kind))
+        with self._lock:
+            stored = self._metrics.get(key)
+            revision = 0 if stored is None else stored.revision
+            if revision != series.revision:
+                raise ConflictError(
+                    f"stale metric series {series.trial_id}/{series.kind} "
+                    f"(expected r{series.revision}, is r{revision})"
+                )
+            written = replace(series, revision=series.revision + 1)
+            self._metrics[key] = written
+            return written
+
+    def metric_summaries(self, trial_ids: Collection[str]) -> list[MetricSummary]:
+        with self._lock:
+            return [
+                found.summary
+                for trial_id in dict.fromkeys(trial_ids)
+                for kind in MetricKind
+                if (found := self._metrics.get((trial_id, kind))) is not None
+            ]

@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator
 
+from corral.api.schemas.metrics import BestView, LatestMetrics
+
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -105,6 +107,12 @@ class TrialView(_View):
     hyperparameters: dict[str, Any]
     ran_on: list[str]
     history: list[HistoryItem]
+    latest_metrics: LatestMetrics = Field(
+        default_factory=LatestMetrics, description="The last values it reported, per kind"
+    )
+    best_value: float | None = Field(
+        default=None, description="Its best validation value of searcher.metric, if any"
+    )
 
 
 class TrialList(_View):
@@ -128,6 +136,11 @@ class ExperimentView(_View):
     trials_by_state: dict[str, int]
     cost_usd: float
     gpu_hours: float
+    best: BestView | None = Field(
+        default=None,
+        description="The trial with the best validation value of searcher.metric (by "
+        "smaller_is_better; ties go to the earlier trial); null until one reports it",
+    )
 
 
 class ExperimentDetail(ExperimentView):

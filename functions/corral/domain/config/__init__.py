@@ -41,6 +41,7 @@ from corral.domain.config.gcp import (
 )
 from corral.domain.config.hyperparameters import (
     MAX_GRID_TRIALS,
+    MAX_TRIALS,
     CategoricalHP,
     ConstHP,
     DoubleHP,
@@ -63,6 +64,7 @@ from corral.domain.config.loader import (
 __all__ = [
     "DEFAULT_PRIORITY",
     "MAX_GRID_TRIALS",
+    "MAX_TRIALS",
     "AwsNetworkInterface",
     "AwsProvider",
     "AwsTag",

@@ -5,6 +5,7 @@ Priority follows Determined: a LOWER number runs FIRST, 1..99, default 42.
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
@@ -13,9 +14,9 @@ from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
 from corral.domain.config.common import FrozenModel, NonEmptyStr, RuleProblems, rule
-from corral.domain.config.errors import ConfigError, field_error, rule_error
+from corral.domain.config.errors import ConfigError, Problem, field_error, rule_error
 from corral.domain.config.hyperparameters import (
-    MAX_GRID_TRIALS,
+    MAX_TRIALS,
     Hyperparameter,
     SearcherConfig,
     expand,
@@ -107,10 +108,17 @@ class SharedFsStorage(FrozenModel):
 CheckpointStorage = Annotated[S3Storage | GcsStorage | SharedFsStorage, Field(discriminator="type")]
 
 
+# A config is stored with its experiment, and a store item has a size limit (DynamoDB:
+# 400 KB, with the trial list beside it); no real config comes near these.
+MAX_DESCRIPTION_CHARS = 10_000
+MAX_CONFIG_BYTES = 64 * 1024
+
+
 class _JobConfig(FrozenModel):
     """What experiments and commands share."""
 
-    description: str = ""
+    # Bounded so that a record always fits a store item (DynamoDB: 400 KB).
+    description: str = Field(default="", max_length=MAX_DESCRIPTION_CHARS)
     image: str | None = None  # required for Docker executors; the process executor ignores it
     resources: Resources = Resources()
     environment: Environment = Environment()
@@ -126,6 +134,11 @@ class _JobConfig(FrozenModel):
         if not isinstance(data, Mapping):
             return data, []
         problems: list[PydanticCustomError] = []
+        size = len(json.dumps(data, default=str))
+        if size > MAX_CONFIG_BYTES:
+            problems.append(
+                rule_error("", f"is {size:,} bytes as JSON; the limit is {MAX_CONFIG_BYTES:,}")
+            )
         data = dict(data)
         env = data.get("environment")
         if isinstance(env, Mapping) and isinstance(env.get("image"), str):
@@ -169,9 +182,9 @@ class ExperimentConfig(_JobConfig):
         for name in missing:
             yield rule_error(f"hyperparameters.{name}.count", "required for the grid searcher")
         size = grid_size(self.hyperparameters)
-        if not missing and size > MAX_GRID_TRIALS:
+        if not missing and size > MAX_TRIALS:
             yield rule_error(
-                "searcher", f"grid of {size:,} trials exceeds the limit of {MAX_GRID_TRIALS:,}"
+                "searcher", f"grid of {size:,} trials exceeds the limit of {MAX_TRIALS:,}"
             )
 
 
@@ -190,6 +203,9 @@ def expand_trials(config: ExperimentConfig) -> list[dict[str, Any]]:
 def command_job(config: CommandConfig, argv: Sequence[str]) -> ExperimentConfig:
     """A command as a one-trial experiment: ``argv`` (or the config's entrypoint) runs once,
     with no hyperparameters and no restarts on a user error (a command is not retried)."""
+    empty = [i for i, arg in enumerate(argv) if not arg]
+    if empty:
+        raise ConfigError([Problem(f"argv[{i}]", "must not be empty") for i in empty])
     entrypoint: str | tuple[str, ...] | None = tuple(argv) if argv else config.entrypoint
     if not entrypoint:
         raise ConfigError.single("entrypoint", "required: give a command line")

@@ -21,7 +21,10 @@ from pydantic import BeforeValidator, Field
 from corral.domain.config.common import FrozenModel, RuleProblems, rule
 from corral.domain.config.errors import ConfigError, rule_error
 
-MAX_GRID_TRIALS = 10_000
+# The most trials one search may make (a grid's product, a random search's max_trials): an
+# experiment record lists its trials, and a store item has a size limit (DynamoDB: 400 KB).
+MAX_TRIALS = 10_000
+MAX_GRID_TRIALS = MAX_TRIALS  # the name before random searches were capped too
 
 
 class ConstHP(FrozenModel):
@@ -43,6 +46,9 @@ class _RangeHP(FrozenModel):
     def _check_range(self) -> RuleProblems:
         if self.minval > self.maxval:
             yield rule_error("minval", "must be <= maxval")
+        # Checked here, before any grid is built: a count of millions would cost seconds.
+        if self.count is not None and self.count > MAX_TRIALS:
+            yield rule_error("count", f"must be <= {MAX_TRIALS:,} (the most trials of a search)")
 
 
 class IntHP(_RangeHP):
@@ -92,6 +98,10 @@ class SearcherConfig(FrozenModel):
     def _check_searcher(self) -> RuleProblems:
         if self.name == "random" and self.max_trials is None:
             yield rule_error("max_trials", "required for the random searcher")
+        if self.max_trials is not None and self.max_trials > MAX_TRIALS:
+            yield rule_error(
+                "max_trials", f"must be <= {MAX_TRIALS:,} (the most trials of a search)"
+            )
 
 
 def grid_points(hp: Hyperparameter) -> list[Any] | None:
@@ -160,8 +170,8 @@ def expand(searcher: SearcherConfig, hps: Mapping[str, Hyperparameter]) -> list[
                     f"hyperparameters.{name}.count", "required for the grid searcher"
                 )
             axes.append(points)
-        if math.prod(len(a) for a in axes) > MAX_GRID_TRIALS:
-            raise ConfigError.single("searcher", f"grid exceeds {MAX_GRID_TRIALS:,} trials")
+        if math.prod(len(a) for a in axes) > MAX_TRIALS:
+            raise ConfigError.single("searcher", f"grid exceeds {MAX_TRIALS:,} trials")
         return [dict(zip(hps, combo, strict=True)) for combo in itertools.product(*axes)]
     seed = searcher.seed if searcher.seed is not None else _derived_seed(hps)
     rng = random.Random(seed)

@@ -77,6 +77,33 @@ def read_source(source: str | Path) -> str:
         raise ConfigError.single("", f"cannot be read: {exc.strerror or exc}") from None
 
 
+# No real config comes near these; a document past them is an accident or an attack. YAML
+# aliases share one object, so a 700-byte "billion laughs" loads at once and only explodes
+# when something walks it (validation, JSON encoding): the walk below counts every visit.
+MAX_DEPTH = 64
+MAX_VALUES = 100_000
+
+
+def _check_shape(data: object) -> None:
+    """Refuse a document nested deeper than MAX_DEPTH or holding more than MAX_VALUES values
+    once its aliases are expanded, stopping at the first value past the limit."""
+    seen = 0
+    stack: list[tuple[object, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise ConfigError.single(
+                "", f"holds more than {MAX_VALUES:,} values once its YAML aliases are expanded"
+            )
+        if depth > MAX_DEPTH:
+            raise ConfigError.single("", f"is nested more than {MAX_DEPTH} levels deep")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
 def parse_yaml(text: str) -> dict[str, Any]:
     """The top-level mapping of a YAML document; syntax errors name the line and column."""
     try:
@@ -88,6 +115,9 @@ def parse_yaml(text: str) -> dict[str, Any]:
         raise ConfigError.single("", f"invalid YAML at {where}: {what}") from None
     except yaml.YAMLError as exc:
         raise ConfigError.single("", f"invalid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError.single("", f"is nested more than {MAX_DEPTH} levels deep") from None
+    _check_shape(data)
     if data is None:
         raise ConfigError.single("", "is empty")
     if not isinstance(data, dict):
