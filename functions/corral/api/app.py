@@ -6,8 +6,10 @@ so the Lambda handler, the local stack and the tests all run these exact routes.
 
 Routes (users unless marked): experiments, trials, logs and commands in
 ``routes_experiments``; agents/instances, pools and events in ``routes_fleet``; the agent
-protocol (agents only) in ``routes_agents``; ``/healthz``, ``/docs`` and ``/openapi.json``
-need no credentials from the app (API Gateway may still demand them).
+protocol (agents only) in ``routes_agents``; the web dashboard (``/``, ``/dashboard/<file>``)
+and the GPU capacity sample it draws in ``routes_dashboard``. ``/healthz``, ``/docs``,
+``/openapi.json`` and the dashboard's static files need no credentials from the app (API
+Gateway may still demand them).
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from collections.abc import Callable
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, CORSConfig
 
-from corral.api import errors, openapi, routes_agents, routes_experiments, routes_fleet
+from corral.api import (
+    errors,
+    openapi,
+    routes_agents,
+    routes_dashboard,
+    routes_experiments,
+    routes_fleet,
+)
 from corral.api.auth import Authenticator
 from corral.api.deps import Deps
 from corral.services.shared.service_context import Context
@@ -36,5 +45,6 @@ def build_resolver(
     routes_experiments.register(app, deps)
     routes_fleet.register(app, deps)
     routes_agents.register(app, deps)
+    routes_dashboard.register(app, deps)
     openapi.configure(app)
     return app

@@ -15,6 +15,7 @@ from corral.cli import (
     agent_cmd,
     command_cmd,
     config_cmd,
+    dashboard_cmd,
     dev_cmd,
     events_cmd,
     experiment_cmd,
@@ -68,6 +69,7 @@ app.add_typer(agent_cmd.app, name="agent")
 app.add_typer(pool_cmd.app, name="pool")
 app.add_typer(events_cmd.app, name="events")
 app.add_typer(dev_cmd.app, name="dev")
+app.command("dashboard")(dashboard_cmd.dashboard)
 
 
 def main() -> None:
