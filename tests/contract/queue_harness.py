@@ -20,10 +20,10 @@ from typing import Any
 from unittest import mock
 
 import pytest
-import yaml
 
 from corral.adapters.memory import FakeClock, InMemoryQueue
 from corral.adapters.memory.queue import MAX_DELAY_S, MAX_MESSAGE_BYTES
+from corral.local.template import parse_template
 from corral.ports.queue import Message, Queue, QueueName
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "infra" / "template.yaml"
@@ -57,16 +57,9 @@ class QueueHarness:
     known_gaps: dict[str, str] | None = None
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """Reads CloudFormation's short-form intrinsics (!Sub, !GetAtt, ...) as plain values."""
-
-
-_CfnLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
-
-
 def template_queues() -> dict[QueueName, dict[str, Any]]:
     """The Properties of each queue resource in infra/template.yaml."""
-    resources = yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)["Resources"]
+    resources = parse_template(TEMPLATE.read_text())["Resources"]
     return {name: dict(resources[res]["Properties"]) for name, res in TEMPLATE_QUEUES.items()}
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
+from corral.local.template import parse_template
 
 # The ownership tag: the template's TagKey/TagValue parameters (every pool's tag_key/tag_value
 # must equal them: corral.domain.config.aws), seen inside Fn::Sub text as placeholders.
@@ -45,28 +45,10 @@ class Statement:
 
 
 # ---- reading a template ----------------------------------------------------------------------
-class CfnLoader(yaml.SafeLoader):
-    """CloudFormation's short-form tags (!Ref, !Sub, ...) read as their long forms."""
-
-
-def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-        if suffix == "GetAtt":
-            value = value.split(".", 1)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    return {name: value}
-
-
-CfnLoader.add_multi_constructor("!", _intrinsic)
 
 
 def load_template(text: str) -> dict[str, Any]:
-    return dict(yaml.load(text, Loader=CfnLoader))
+    return parse_template(text)
 
 
 def _document(doc: Any) -> dict[str, Any]:

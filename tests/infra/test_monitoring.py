@@ -11,7 +11,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-import yaml
 
 from corral.domain.errors import LaunchErrorClass
 from corral.handlers.aws.metrics import (
@@ -21,11 +20,12 @@ from corral.handlers.aws.metrics import (
     reconcile_figures,
     schedule_figures,
 )
+from corral.local.template import parse_template
 from corral.services.idle_reap import ReapReport
 from corral.services.reconcile import ReconcileReport
 from corral.services.scale_up import LaunchOutcome
 from corral.services.schedule_pass import PassReport
-from tests.infra.test_template import TEMPLATE, _CfnLoader
+from tests.infra.test_template import TEMPLATE
 
 NO_GAUGES = FleetGauges(0, 0, (), ())
 # Metric names per service dimension, as the handlers publish them (corral.handlers.aws).
@@ -41,7 +41,7 @@ EMITTED: dict[str, set[str]] = {
 
 @pytest.fixture(scope="module")
 def template() -> dict[str, Any]:
-    return dict(yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader))
+    return parse_template(TEMPLATE.read_text())
 
 
 def _alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.infra.test_template import _CfnLoader
+from corral.local.template import parse_template
 
 ROOT = Path(__file__).resolve().parents[2]
 NETWORK = ROOT / "infra" / "network.yaml"
@@ -26,7 +25,7 @@ WORLD = {"0.0.0.0/0", "::/0"}
 
 @pytest.fixture(scope="module")
 def template() -> dict[str, Any]:
-    return dict(yaml.load(NETWORK.read_text(), Loader=_CfnLoader))
+    return parse_template(NETWORK.read_text())
 
 
 def _resolve(value: Any, params: dict[str, Any]) -> Any:

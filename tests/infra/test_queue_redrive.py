@@ -17,10 +17,10 @@ from typing import Any
 from unittest import mock
 
 import pytest
-import yaml
 
 from corral.adapters.aws.sqs_queue import MAX_DELAY_S
 from corral.adapters.memory import FakeClock
+from corral.local.template import parse_template
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "infra" / "template.yaml"
 CONSUMED = ("ScheduleQueue", "ScaleUpQueue", "InterruptionsQueue")
@@ -33,21 +33,8 @@ MOTO_ENV = {
 }
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """Reads !GetAtt as the resource name and every other intrinsic as None."""
-
-
-def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-    if suffix == "GetAtt" and isinstance(node, yaml.ScalarNode):
-        return loader.construct_scalar(node).split(".", 1)[0]
-    return None
-
-
-_CfnLoader.add_multi_constructor("!", _intrinsic)
-
-
 def _queues() -> dict[str, dict[str, Any]]:
-    resources = yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)["Resources"]
+    resources = parse_template(TEMPLATE.read_text())["Resources"]
     return {
         name: dict(res["Properties"])
         for name, res in resources.items()
@@ -67,7 +54,7 @@ def test_retention_is_twice_the_redrive_path(queue: str) -> None:
     queues = _queues()
     props = queues[queue]
     assert props["MessageRetentionPeriod"] >= 2 * _redrive_path_s(props)
-    dlq = queues[props["RedrivePolicy"]["deadLetterTargetArn"]]
+    dlq = queues[props["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]]
     # A standard DLQ counts retention from the original send: it must keep messages longer.
     assert dlq["MessageRetentionPeriod"] >= props["MessageRetentionPeriod"]
 

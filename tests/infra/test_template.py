@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from corral.adapters.aws.dynamo_schema import table_definitions, ttl_specifications
+from corral.local.template import parse_template
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "infra" / "template.yaml"
 STACK_PREFIX = "${AWS::StackName}-"
@@ -28,29 +28,9 @@ HANDLERS = {
 }
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """Reads CloudFormation's short-form tags (!Ref, !Sub, ...) as their long forms."""
-
-
-def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-        if suffix == "GetAtt":
-            value = value.split(".", 1)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    return {name: value}
-
-
-_CfnLoader.add_multi_constructor("!", _intrinsic)
-
-
 @pytest.fixture(scope="module")
 def template() -> dict[str, Any]:
-    return dict(yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader))
+    return parse_template(TEMPLATE.read_text())
 
 
 def _resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:

@@ -24,7 +24,7 @@ _UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}
 _SUB_VAR = re.compile(r"\$\{([^}!][^}]*)\}")
 
 
-class _CfnLoader(yaml.SafeLoader):
+class CfnLoader(yaml.SafeLoader):
     """SafeLoader plus CloudFormation's short tags, kept as their long forms."""
 
 
@@ -41,11 +41,18 @@ def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
     return {name: value}
 
 
-_CfnLoader.add_multi_constructor("!", _intrinsic)
+CfnLoader.add_multi_constructor("!", _intrinsic)
+
+
+def parse_template(text: str) -> dict[str, Any]:
+    """A CloudFormation template's document, intrinsics in their long forms (``!Ref x`` is
+    ``{"Ref": "x"}``, ``!GetAtt A.B`` is ``{"Fn::GetAtt": ["A", "B"]}``)."""
+    data = yaml.load(text, Loader=CfnLoader)  # a SafeLoader subclass
+    return dict(data) if isinstance(data, dict) else {}
 
 
 def load_template(path: Path) -> dict[str, Any]:
-    data = yaml.load(path.read_text(), Loader=_CfnLoader)  # a SafeLoader subclass
+    data = parse_template(path.read_text())
     if not isinstance(data, dict) or not isinstance(data.get("Resources"), dict):
         raise ValueError(f"{path}: not a CloudFormation template (no Resources)")
     return data
