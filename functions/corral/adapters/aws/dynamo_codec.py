@@ -17,6 +17,8 @@ without touching this module, and every value comes back with the type it was de
 - ``None`` at the top level or in a nested record omits the attribute (sparse indexes rely on
   it: an instance without ``cloud_id`` is not in the cloud-id index); inside a list it is
   ``NULL``. A missing attribute decodes as the field's default, so old items still load.
+- Every stored kind carries ``schema_version``; items of an older version are migrated on
+  read, items of a newer one refused (``corral.adapters.migrations``, docs/upgrades.md).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any, TypeVar, get_args, get_origin
 
+from corral.adapters import migrations
 from corral.adapters.record_types import hints as _hints
 from corral.adapters.record_types import is_json as _is_json
 from corral.adapters.record_types import optional_inner as _optional_inner
@@ -89,7 +92,8 @@ def encode_value(value: Any, tp: Any) -> AttributeValue:
 
 def encode_fields(record: Any) -> Item:
     """Every field of a dataclass instance; ``None`` fields are left out (they decode as
-    their default), unless the default is something else: then ``None`` is stored as NULL."""
+    their default), unless the default is something else: then ``None`` is stored as NULL.
+    A stored kind (``migrations.SCHEMA``) also gets its ``schema_version``."""
     hints = _hints(type(record))
     item: Item = {}
     for f in dataclasses.fields(record):
@@ -100,6 +104,9 @@ def encode_fields(record: Any) -> Item:
             f.default_factory is not dataclasses.MISSING
         ):
             item[f.name] = {"NULL": True}
+    kind = migrations.SCHEMA.kind_of(type(record))
+    if kind is not None:
+        item = dict(migrations.SCHEMA.stamp(kind, migrations.StoredFields(item, VALUES)).raw)
     return item
 
 
@@ -151,7 +158,12 @@ def decode_value(av: AttributeValue, tp: Any) -> Any:
 
 
 def decode_fields(cls: type[D], item: Mapping[str, AttributeValue]) -> D:
-    """Build ``cls`` from an item; attributes that are not fields (keys, TTL) are ignored."""
+    """Build ``cls`` from an item; attributes that are not fields (keys, TTL) are ignored.
+    An item of an older schema version is migrated first; one of a newer version is refused
+    (``migrations.NewerSchemaError``) unless it says this code may read it."""
+    kind = migrations.SCHEMA.kind_of(cls)
+    if kind is not None:
+        item = migrations.SCHEMA.upgrade(kind, migrations.StoredFields(item, VALUES)).raw
     hints = _hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -161,6 +173,16 @@ def decode_fields(cls: type[D], item: Mapping[str, AttributeValue]) -> D:
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             kwargs[f.name] = None  # an optional field without a default, stored as None
     return cls(**kwargs)
+
+
+class _Values:
+    """This codec's value functions, for migration steps (``migrations.StoredFields``)."""
+
+    encode = staticmethod(encode_value)
+    decode = staticmethod(decode_value)
+
+
+VALUES = _Values()
 
 
 # ---- sortable keys ---------------------------------------------------------------------------

@@ -16,6 +16,8 @@ is stored without touching this module and every value comes back with its decla
   keys would refuse the empty string and dots need escaping in field paths), decoded
   read-only. Nested dataclasses are maps; enums their value.
 - ``None`` is stored as null; a missing field decodes as its default, so old documents load.
+- Every stored kind carries ``schema_version``; documents of an older version are migrated
+  on read, of a newer one refused (``corral.adapters.migrations``, docs/upgrades.md).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any, TypeVar, get_args, get_origin
 
+from corral.adapters import migrations
 from corral.adapters.record_types import hints as _hints
 from corral.adapters.record_types import is_json as _is_json
 from corral.adapters.record_types import optional_inner as _optional_inner
@@ -91,10 +94,14 @@ def encode_value(value: Any, tp: Any) -> Any:
 def encode_fields(record: Any) -> Data:
     """Every field of a dataclass instance, ``None`` included (as null)."""
     hints = _hints(type(record))
-    return {
+    data = {
         f.name: encode_value(getattr(record, f.name), hints[f.name])
         for f in dataclasses.fields(record)
     }
+    kind = migrations.SCHEMA.kind_of(type(record))
+    if kind is not None:  # a stored kind: stamped with its schema version
+        data = dict(migrations.SCHEMA.stamp(kind, migrations.StoredFields(data, VALUES)).raw)
+    return data
 
 
 # ---- decoding --------------------------------------------------------------------------------
@@ -137,7 +144,12 @@ def decode_value(value: Any, tp: Any) -> Any:
 
 
 def decode_fields(cls: type[D], data: Mapping[str, Any]) -> D:
-    """Build ``cls`` from document data; fields that are not the dataclass's are ignored."""
+    """Build ``cls`` from document data; fields that are not the dataclass's are ignored.
+    Data of an older schema version is migrated first; of a newer one refused
+    (``migrations.NewerSchemaError``) unless it says this code may read it."""
+    kind = migrations.SCHEMA.kind_of(cls)
+    if kind is not None:
+        data = migrations.SCHEMA.upgrade(kind, migrations.StoredFields(data, VALUES)).raw
     hints = _hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -146,6 +158,16 @@ def decode_fields(cls: type[D], data: Mapping[str, Any]) -> D:
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             kwargs[f.name] = None
     return cls(**kwargs)
+
+
+class _Values:
+    """This codec's value functions, for migration steps (``migrations.StoredFields``)."""
+
+    encode = staticmethod(encode_value)
+    decode = staticmethod(decode_value)
+
+
+VALUES = _Values()
 
 
 # ---- keys ------------------------------------------------------------------------------------
