@@ -106,6 +106,7 @@ def _record_for(ctx: Context, request: RegisterRequest) -> Instance:
             and pending.state is InstanceState.REQUESTED
             and not pending.cloud_id
         ):
+            _check_launched_for(ctx, request.cloud_id, pending.id)
             now = ctx.clock.now()
             adopted = replace(
                 pending.transition(InstanceState.ALLOCATED, now, "adopted at registration"),
@@ -114,6 +115,22 @@ def _record_for(ctx: Context, request: RegisterRequest) -> Instance:
             )
             return commit_one(ctx.store, adopted)  # a lost race: ConflictError, retry
     raise NotFoundError(f"{request.cloud_id} is not an instance Corral launched")
+
+
+def _check_launched_for(ctx: Context, cloud_id: str, record_id: str) -> None:
+    """The record id comes from the agent; the cloud's record tag is the proof. Without
+    this check any instance able to prove its own identity (one carrying the agent role)
+    could claim a record whose launch crashed before recording its cloud id. A listing
+    costs one call, and only after such a crash."""
+    listed = next((c for c in ctx.cloud.list_owned() if c.cloud_id == cloud_id), None)
+    if listed is None:
+        # A fresh launch may be missing from the listing for a while (EC2 is eventually
+        # consistent); the agent retries, and reconcile adopts by tag meanwhile.
+        raise RetryLater(f"{cloud_id} is not in the cloud's listing of Corral's instances yet")
+    if listed.record_id != record_id:
+        raise Forbidden(
+            f"{cloud_id} was launched for {listed.record_id or 'no record'}, not {record_id}"
+        )
 
 
 def _reject_unhealthy(ctx: Context, record: Instance, found: int, agent_says: str | None) -> None:
