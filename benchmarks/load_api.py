@@ -22,7 +22,7 @@ inside the store (``ConflictError`` raised by a commit, most retried by the serv
 errors (any other non-2xx answer or a failed request). The run is bounded: a phase past
 ``--deadline`` seconds stops and counts the rest as errors. Zero errors is the bar.
 
-    .venv/bin/python benchmarks/load_api.py [--agents 1000] [--rounds 5] [--clients 16] [--tuned]
+    .venv/bin/python benchmarks/load_api.py [--agents 1000] [--rounds 5] [--clients 16]
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT))  # tests.services.harness builds the in-memory clu
 from corral.api.app import build_resolver  # noqa: E402
 from corral.api.auth import TokenAuthenticator, mint_agent_token  # noqa: E402
 from corral.domain.errors import ConflictError  # noqa: E402
-from corral.local import http_shim  # noqa: E402
 from corral.local.http_shim import HttpShim  # noqa: E402
 from corral.services.shared.service_context import RandomIds  # noqa: E402
 from tests.services.harness import OD_1, Cluster, make_pool  # noqa: E402
@@ -225,17 +224,7 @@ def main() -> int:
         "local stack's one container: a Powertools resolver keeps the current request on "
         "itself, so one resolver must never serve two requests at once)",
     )
-    parser.add_argument(
-        "--tuned",
-        action="store_true",
-        help="run the loopback server with TCP_NODELAY and a listen backlog of 128 (as is, "
-        "its reply's headers and body go out in two writes, which Nagle + delayed ACK hold "
-        "~40 ms, and a backlog of 5 drops SYNs when clients connect at once: ~1 s retries)",
-    )
     args = parser.parse_args()
-    if args.tuned:
-        http_shim._Handler.disable_nagle_algorithm = True
-        http_shim._Server.request_queue_size = 128
 
     pool = make_pool(OD_1, max_instances=args.agents + args.experiments * args.trials)
     cluster = Cluster(pool)
@@ -330,7 +319,7 @@ def main() -> int:
         shim.stop()
 
     base_p50 = base.p(0.5)
-    server = "tuned (TCP_NODELAY, backlog 128)" if args.tuned else "as in the local stack"
+    server = "as in the local stack (TCP_NODELAY, backlog 128)"
     print(f"python {platform.python_version()}, {platform.machine()}, setup {setup_s:.1f} s")
     print(f"loopback server {server}")
     print(

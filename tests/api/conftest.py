@@ -71,14 +71,22 @@ class ApiClient:
 
 
 def snapshot(cluster: Cluster) -> tuple[Any, ...]:
-    """Everything a request could write: records, events and queued messages."""
+    """Everything a request could write: records, pool states, events, queued messages, and
+    the observations (heartbeats, log lines, metric points) of every instance and trial."""
     store = cluster.store
+    trials = sorted(store.trials(), key=lambda t: t.id)
+    instances = sorted(store.instances(), key=lambda i: i.id)
+    trial_ids = [t.id for t in trials]
     return (
         store.experiments(limit=10_000),
-        sorted(store.trials(), key=lambda t: t.id),
-        sorted(store.instances(), key=lambda i: i.id),
+        trials,
+        instances,
+        [store.pool_state(name) for name in cluster.ctx.pools],
         store.events(limit=100_000),
         [cluster.queue.sent(q) for q in QueueName],
+        store.heartbeats([i.id for i in instances]),
+        {t: store.logs(t, limit=100_000) for t in trial_ids},
+        sorted(store.metric_summaries(trial_ids), key=repr),
     )
 
 

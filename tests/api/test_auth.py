@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from corral.api.auth import (
@@ -12,6 +15,7 @@ from corral.api.auth import (
     agent_token_cloud_id,
     authenticator_from_env,
     mint_agent_token,
+    token_digest,
 )
 from corral.protocol.agent import Identity, IdentityKind
 from tests.services.harness import Cluster
@@ -121,3 +125,46 @@ def test_local_stack_tokens_through_the_api(cluster: Cluster) -> None:
     other = mint_agent_token(SECRET, "i-0ffffffffffffffff")
     assert api.post("/agents/register", body, caller=None, bearer=other).status == 403
     assert api.get("/experiments", caller=None, bearer=token).status == 403
+
+
+def test_the_users_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
+    users_file = tmp_path / "users.json"
+    auth = TokenAuthenticator({"env-token": "ci"}, None, users_file)
+
+    def who(token: str) -> str | int:
+        try:
+            return auth.authenticate(http_event("GET", "/", bearer=token)).name
+        except AuthError as refused:
+            return refused.status
+
+    assert (who("env-token"), who("bob-token")) == ("ci", 401)  # no file yet: env users only
+    entries = [{"name": "bob", "token_sha256": token_digest("bob-token")}]
+    users_file.write_text(json.dumps({"users": entries}))
+    assert who("bob-token") == "bob"
+    assert "bob-token" not in users_file.read_text()  # only digests are kept
+    users_file.write_text("{half written")  # a broken file locks no one out
+    assert who("bob-token") == "bob"
+    users_file.write_text(json.dumps({"users": []}))  # removed: refused from now on
+    assert who("bob-token") == 401
+    users_file.unlink()
+    assert (who("env-token"), who("bob-token")) == ("ci", 401)
+
+
+def test_the_users_file_from_the_environment(tmp_path: Path) -> None:
+    users_file = tmp_path / "users.json"
+    entries = [{"name": "carol", "token_sha256": token_digest("carol-token")}]
+    users_file.write_text(json.dumps({"users": entries}))
+    auth = authenticator_from_env(
+        {"CORRAL_API_AUTH": "token", "CORRAL_USERS_FILE": str(users_file)}
+    )
+    user = auth.authenticate(http_event("GET", "/", bearer="carol-token"))
+    assert user == Principal(kind="user", name="carol")
+    with pytest.raises(AuthError):
+        auth.authenticate(http_event("GET", "/", bearer=mint_agent_token(SECRET, INSTANCE)))
+
+
+def test_an_iam_user_is_named_by_the_whole_arn_session_included() -> None:
+    # The owner of what they submit (docs/security.md, "Owners and admins").
+    auth = IamAuthenticator("corral-agent", ACCOUNT)
+    sso = "arn:aws:sts::123456789012:assumed-role/AWSReservedSSO_Dev_0123/alice@example.com"
+    assert auth.authenticate(http_event("GET", "/", iam_arn=sso)).name == sso

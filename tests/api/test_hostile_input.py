@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from corral.api import http_events
 from corral.api.http_events import MAX_BODY_BYTES, MAX_JSON_DEPTH, http_event
 from corral.bootstrap.render import BootstrapSettings, UnsafeValue, launch_script, render_bootstrap
 from corral.domain.config.hyperparameters import MAX_GRID_TRIALS
@@ -126,9 +125,32 @@ def test_bytes_that_are_not_utf8_are_a_400(cluster: Cluster, api: ApiClient) -> 
     assert snapshot(cluster) == before
 
 
-def test_the_resolver_decodes_json_with_the_guard(api: ApiClient) -> None:
-    # install_body_limits sets a private Powertools attribute: fail loudly if it moves.
-    assert api.resolver._json_body_deserializer is http_events.parse_json_body
+def _body_routes(api: ApiClient) -> list[tuple[str, str]]:
+    doc = api.get("/openapi.json").json
+    return [
+        (method.upper(), path)
+        for path, operations in doc["paths"].items()
+        for method, operation in operations.items()
+        if "requestBody" in operation
+    ]
+
+
+def test_every_route_with_a_body_refuses_deep_json_unparsed(
+    api: ApiClient, cluster: Cluster
+) -> None:
+    # The guard is the resolver's own JSON decoder (``json_body_deserializer=``), so it holds
+    # for every route that reads a body, the agents' too, before the caller is even checked.
+    routes = _body_routes(api)
+    assert ("POST", "/agents/{agent_id}/heartbeat") in routes and len(routes) >= 6
+    deep = '{"a": ' * (MAX_JSON_DEPTH + 1) + "1" + "}" * (MAX_JSON_DEPTH + 1)
+    before = snapshot(cluster)
+    for method, path in routes:
+        concrete = path.replace("{", "").replace("}", "")  # any id: the body is read first
+        for caller in (user_arn(), agent_arn("i-0123456789abcdef0")):
+            reply = api.call(method, concrete, caller=caller, raw_body=deep)
+            assert reply.status == 400, (path, reply.text)
+            assert f"limit of {MAX_JSON_DEPTH} levels" in reply.json["message"], path
+    assert snapshot(cluster) == before
 
 
 # ---- searches too large ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, CORSConf
 
 from corral.api import (
     errors,
+    http_events,
     openapi,
     routes_agents,
     routes_dashboard,
@@ -38,8 +39,11 @@ def build_resolver(
     cors: CORSConfig | None = None,
 ) -> APIGatewayHttpResolver:
     # Validation: request bodies and query parameters are checked against the pydantic
-    # models (422 naming the field) before a route runs, and responses against theirs.
-    app = APIGatewayHttpResolver(enable_validation=True, cors=cors)
+    # models (422 naming the field) before a route runs, and responses against theirs. Every
+    # JSON body is decoded by ``parse_json_body``: too large or too deep is refused unparsed.
+    app = APIGatewayHttpResolver(
+        enable_validation=True, cors=cors, json_body_deserializer=http_events.parse_json_body
+    )
     deps = Deps(app=app, ctx_provider=ctx_provider, auth=auth)
     errors.install_error_handlers(app)
     routes_experiments.register(app, deps)

@@ -10,9 +10,15 @@ Two authenticators read the (HTTP API v2) event:
   STS, not claimed by the agent. This holds only while the agent role trusts
   ``ec2.amazonaws.com`` alone (anyone allowed to ``sts:AssumeRole`` it could pick any session
   name): the template must keep it so. Every other principal that gets past the API's
-  authorization is a user, named by its ARN.
+  authorization is a user, named by its ARN exactly as STS gives it: an IAM user's
+  ``arn:aws:iam::<acct>:user/<name>``, or for a role session (SSO, ``assume-role``)
+  ``arn:aws:sts::<acct>:assumed-role/<role>/<session>``, the session included, since it is
+  what tells the people sharing a role apart (an SSO session is named after the user).
+  That name is the owner of what they submit (``corral.domain.access``).
 - ``TokenAuthenticator`` (the local stack, and tests). ``Authorization: Bearer <token>``. User
-  tokens come from the stack's config. Agent tokens are stateless:
+  tokens come from the environment and from a users file (``UsersFile``: the local stack's
+  ``users.json``, which ``corral dev user add`` extends), read again whenever it changes,
+  so a user added while the API runs can call it at once. Agent tokens are stateless:
   ``corral-agent.<cloud id>.<hex HMAC-SHA256(secret, "corral-agent:" + cloud id)>``, minted
   by the instance emulator with ``mint_agent_token`` when it starts an agent, so the API
   needs no table of issued tokens and a token is worthless for any other instance.
@@ -29,12 +35,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from corral.protocol.agent import Identity, IdentityKind
+
+log = logging.getLogger(__name__)
 
 AGENT_TOKEN_PREFIX = "corral-agent"
 _INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
@@ -128,11 +139,71 @@ def agent_token_cloud_id(secret: bytes, token: str) -> str | None:
     return cloud_id if hmac.compare_digest(mac, _mac(secret, cloud_id)) else None
 
 
+def token_digest(token: str) -> str:
+    """What a users file stores of a token (never the token itself)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class UsersFile:
+    """A JSON file of named users: ``{"users": [{"name": ..., "token_sha256": ...}]}``.
+
+    Read again when it changes (its inode, size or modification time), so users added or
+    removed while the API runs count from the next request. A file that cannot be read or
+    parsed keeps the users last read (logged): a half-edited file locks no one out.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = None
+        self._users: dict[str, str] = {}  # token digest -> name
+
+    def users(self) -> dict[str, str]:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._stamp, self._users = None, {}
+            return self._users
+        except OSError as error:
+            log.warning("cannot read the users file %s: %s", self.path, error)
+            return self._users
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if stamp != self._stamp:
+            try:
+                self._users = parse_users(self.path.read_text(encoding="utf-8"))
+                self._stamp = stamp
+            except (OSError, ValueError) as error:
+                log.warning("keeping the last users read: %s: %s", self.path, error)
+        return self._users
+
+
+def parse_users(text: str) -> dict[str, str]:
+    """token digest -> user name, from a users file's text; ValueError if it is not one."""
+    data = json.loads(text)
+    entries = data.get("users") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError('not {"users": [...]}')
+    users: dict[str, str] = {}
+    for n, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        digest = entry.get("token_sha256") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not isinstance(digest, str) or not name or not digest:
+            raise ValueError(f"users[{n}] needs a name and a token_sha256")
+        users[digest] = name
+    return users
+
+
 class TokenAuthenticator:
-    def __init__(self, user_tokens: Mapping[str, str], agent_secret: bytes | None) -> None:
-        """``user_tokens``: token -> user name. ``agent_secret``: None disables agents."""
-        self._users = dict(user_tokens)
+    def __init__(
+        self,
+        user_tokens: Mapping[str, str],
+        agent_secret: bytes | None,
+        users_file: Path | None = None,
+    ) -> None:
+        """``user_tokens``: token -> user name. ``agent_secret``: None disables agents.
+        ``users_file``: more users, read again whenever the file changes (``UsersFile``)."""
+        self._users = {token_digest(t): name for t, name in user_tokens.items()}
         self._secret = agent_secret
+        self._file = UsersFile(users_file) if users_file is not None else None
 
     def authenticate(self, event: Mapping[str, Any]) -> Principal:
         headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
@@ -144,10 +215,13 @@ class TokenAuthenticator:
             cloud_id = agent_token_cloud_id(self._secret, token)
             if cloud_id is not None:
                 return Principal(kind="agent", name=cloud_id, cloud_id=cloud_id)
-        # Compare against every token (no early exit) so timing says nothing about which.
+        # Digests of equal length, compared against every user (no early exit), so timing
+        # says nothing about which token is close to which.
+        digest = token_digest(token).encode()
+        known = {**self._users, **(self._file.users() if self._file else {})}
         name = None
-        for known, user in self._users.items():
-            if hmac.compare_digest(known.encode(), token.encode()):
+        for candidate, user in known.items():
+            if hmac.compare_digest(candidate.encode(), digest):
                 name = user
         if name is None:
             raise AuthError(401, "unknown token")
@@ -165,9 +239,10 @@ class TokenAuthenticator:
 
 def authenticator_from_env(env: Mapping[str, str]) -> Authenticator:
     """``CORRAL_API_AUTH=iam`` (default): ``CORRAL_AGENT_ROLE_NAME`` (required) and
-    ``CORRAL_ACCOUNT_ID`` (optional). ``CORRAL_API_AUTH=token``: ``CORRAL_USER_TOKEN``
-    (required; the user is named ``CORRAL_USER_NAME``, default "local") and
-    ``CORRAL_AGENT_TOKEN_SECRET`` (optional; without it no agent can authenticate)."""
+    ``CORRAL_ACCOUNT_ID`` (optional). ``CORRAL_API_AUTH=token``: ``CORRAL_USER_TOKEN`` (the
+    user is named ``CORRAL_USER_NAME``, default "local") and/or ``CORRAL_USERS_FILE`` (a
+    ``UsersFile``), at least one of them; ``CORRAL_AGENT_TOKEN_SECRET`` (optional; without
+    it no agent can authenticate)."""
     mode = env.get("CORRAL_API_AUTH", "iam")
     if mode == "iam":
         role = env.get("CORRAL_AGENT_ROLE_NAME")
@@ -176,10 +251,15 @@ def authenticator_from_env(env: Mapping[str, str]) -> Authenticator:
         return IamAuthenticator(role, env.get("CORRAL_ACCOUNT_ID") or None)
     if mode == "token":
         token = env.get("CORRAL_USER_TOKEN")
-        if not token:
-            raise ValueError("CORRAL_USER_TOKEN is required with CORRAL_API_AUTH=token")
+        users_file = env.get("CORRAL_USERS_FILE")
+        if not token and not users_file:
+            raise ValueError(
+                "CORRAL_USER_TOKEN or CORRAL_USERS_FILE is required with CORRAL_API_AUTH=token"
+            )
         secret = env.get("CORRAL_AGENT_TOKEN_SECRET")
         return TokenAuthenticator(
-            {token: env.get("CORRAL_USER_NAME", "local")}, secret.encode() if secret else None
+            {token: env.get("CORRAL_USER_NAME", "local")} if token else {},
+            secret.encode() if secret else None,
+            Path(users_file) if users_file else None,
         )
     raise ValueError(f"CORRAL_API_AUTH must be 'iam' or 'token', not {mode!r}")

@@ -11,7 +11,9 @@ certificates, expiry, audience, issuer) and read:
   Google signs it for the instance the request came from, so the instance name (Corral's
   cloud id on GCE) is proven, not claimed. Accepted only from the configured project(s)
   and, when set, the agent's service account.
-- Any other token is a user's: its ``email`` must be verified and on the allow list.
+- Any other token is a user's: its ``email`` must be verified and on the allow list. The
+  user is named by that email, lowercased (Google matches emails case-insensitively): the
+  owner of what they submit, and what the cluster config's ``admins`` name.
 
 Verification needs ``google-auth`` with ``requests`` (for Google's certificates, cached by
 the library). It is part of the ``gcp`` extra; if it is missing, building the

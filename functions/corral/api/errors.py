@@ -4,7 +4,8 @@ One table maps exception types to HTTP statuses, so the routes just raise. Servi
 domain errors (``corral.domain.errors``: the refusals below, ConflictError) or SubmitError,
 config parsing raises ConfigError, and anything unexpected is logged with the request id and
 answered 500. Only this module knows HTTP statuses for them. Bodies are refused before parsing
-when too large or too deep (``http_events.parse_json_body``, installed here with the rest).
+when too large or too deep (``http_events.parse_json_body``, the resolver's JSON decoder:
+``app.build_resolver``), raising ``BodyRefused``.
 
 The agent runtime acts on these statuses: 403/404/409 to a register or heartbeat stop the
 agent (409 also shuts its instance down), 422 to a register is "unhealthy", 5xx is retried.
@@ -21,7 +22,7 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError as NoRo
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
 from corral.api.auth import AuthError
-from corral.api.http_events import BodyRefused, install_body_limits
+from corral.api.http_events import BodyRefused
 from corral.api.schemas.public import ErrorBody, FieldError
 from corral.domain.config import ConfigError
 from corral.domain.errors import (
@@ -44,7 +45,9 @@ _REASONS = {"missing": "required", "extra_forbidden": "unknown field"}
 
 # The services' refusals (``corral.domain.errors``), each answered with its message.
 REFUSAL_STATUS: dict[type[Refused], int] = {
-    Forbidden: 403,  # another instance's record, a trial never placed on the agent
+    # Another instance's record, a trial never placed on the agent; another user's experiment
+    # (not its owner nor an admin); an admin-only action by a non-admin.
+    Forbidden: 403,
     NotFoundError: 404,  # no such record (an instance Corral never launched, a trial id)
     ShutDown: 409,  # the agent's instance is being shut down: the agent stops
     Unhealthy: 422,  # an agent short of GPUs (or that says so): its instance is terminated
@@ -155,4 +158,3 @@ def install_error_handlers(app: APIGatewayHttpResolver) -> None:
     for exc_class, handler in handlers:
         # Called, not used as decorators: Powertools' decorator is untyped.
         app.exception_handler(exc_class)(handler)
-    install_body_limits(app)

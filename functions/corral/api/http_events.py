@@ -8,9 +8,11 @@ the same routes answer everywhere.
 Body limits: API Gateway and Lambda refuse a body over 6 MB before the function runs; the
 local stack and Cloud Functions would not (32 MB), and nothing bounds how deeply a JSON body
 nests (Python's decoder recurses, and the models after it). ``parse_json_body`` is the
-resolver's JSON decoder: it refuses a body over ``MAX_BODY_BYTES`` without reading it and one
-nested deeper than ``MAX_JSON_DEPTH`` without parsing it, so every deployment refuses the same
-bodies, with the limit named (413 and 400: ``corral.api.errors``).
+resolver's JSON decoder (``json_body_deserializer=`` in ``corral.api.app``): it refuses a body
+over ``MAX_BODY_BYTES`` without reading it and one nested deeper than ``MAX_JSON_DEPTH``
+without parsing it, so every deployment refuses the same bodies, with the limit named (413
+and 400: ``corral.api.errors``). The local stack's server checks the declared size before it
+reads the body at all (``corral.local.http_shim``).
 """
 
 from __future__ import annotations
@@ -21,11 +23,8 @@ import re
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
-
-if TYPE_CHECKING:  # the local server and the GCP function import this before any resolver
-    from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript")
 
@@ -82,16 +81,6 @@ def parse_json_body(text: str) -> Any:
 
 def _utf8_size(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
-
-
-def install_body_limits(app: APIGatewayHttpResolver) -> None:
-    """Make ``parse_json_body`` the decoder of every JSON body ``app`` reads.
-
-    Powertools takes the decoder only as ``json_body_deserializer=`` when the resolver is
-    built, and keeps it in this attribute; tests/api/test_hostile_input.py fails if a
-    Powertools release stops reading it.
-    """
-    app._json_body_deserializer = parse_json_body
 
 
 def http_event(

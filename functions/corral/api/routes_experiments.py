@@ -9,6 +9,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from corral.api import metrics_views, views
 from corral.api.deps import Deps
+from corral.api.errors import ApiError
 from corral.api.openapi import errors
 from corral.api.schemas.metrics import ExperimentMetrics, TrialMetricsPage
 from corral.api.schemas.public import (
@@ -16,6 +17,7 @@ from corral.api.schemas.public import (
     ExperimentDetail,
     ExperimentList,
     ExperimentView,
+    FieldError,
     LogsPage,
     RunCommandRequest,
     TrialList,
@@ -54,12 +56,28 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
         )
         return _created(views.experiment_detail(ctx, done.experiment.id), done.created)
 
-    @app.get("/experiments", tags=[TAG], summary="List experiments, newest first")
+    @app.get(
+        "/experiments",
+        tags=[TAG],
+        summary="List experiments, newest first (all users', or one owner's)",
+        responses=errors(422),
+    )
     def list_experiments(
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        mine: Annotated[bool, Query(description="Only the caller's own experiments")] = False,
+        owner: Annotated[
+            str | None,
+            Query(min_length=1, max_length=2048, description="Only this principal's"),
+        ] = None,
     ) -> ExperimentList:
-        deps.user()
-        return views.list_experiments(deps.ctx(), limit)
+        user = deps.user()
+        if mine and owner is not None and owner != user.name:
+            raise ApiError(
+                422,
+                "invalid request",
+                [FieldError(field="owner", reason=f"is not the caller ({user.name}) with mine")],
+            )
+        return views.list_experiments(deps.ctx(), limit, owner=user.name if mine else owner)
 
     @app.get(
         "/experiments/<experiment_id>",
@@ -74,13 +92,15 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
     @app.post(
         "/experiments/<experiment_id>/kill",
         tags=[TAG],
-        summary="Kill an experiment: pending trials are cancelled, running ones stopped",
+        summary="Kill an experiment or command: pending trials are cancelled, running ones "
+        "stopped (its owner or an admin only)",
         responses=errors(404, 409),
     )
     def kill_experiment(experiment_id: str) -> ExperimentView:
-        deps.user()
+        user = deps.user()
         ctx = deps.ctx()
-        return views.experiment_view(ctx, kill.kill_experiment(ctx, experiment_id))
+        killed = kill.kill_experiment(ctx, experiment_id, by=user.name)
+        return views.experiment_view(ctx, killed)
 
     @app.get(
         "/experiments/<experiment_id>/trials",

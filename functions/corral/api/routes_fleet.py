@@ -1,4 +1,7 @@
-"""User routes for the fleet: agents (instances), pools, the event log; and the health check."""
+"""User routes for the fleet: agents (instances), pools, the event log; and the health check.
+
+Reads are open to every user; resetting a pool's breaker is for admins (the cluster config's
+``admins``: ``services.pools``)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from corral.api import views
 from corral.api.deps import Deps
 from corral.api.openapi import errors
-from corral.api.schemas.public import EventsPage, Health, InstanceList, PoolList
+from corral.api.schemas.public import EventsPage, Health, InstanceList, PoolList, PoolView
+from corral.services import pools
 
 TAG = "fleet"
 ALL = "Include records that ended (terminated, cancelled, failed launches)"
@@ -50,6 +54,18 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
     def list_pools() -> PoolList:
         deps.user()
         return views.list_pools(deps.ctx())
+
+    @app.post(
+        "/pools/<name>/reset-breaker",
+        tags=[TAG],
+        summary="Close a pool's boot circuit breaker now (admins only); the event log says who",
+        responses=errors(404, 409),
+    )
+    def reset_breaker(name: str) -> PoolView:
+        user = deps.user()
+        ctx = deps.ctx()
+        pools.reset_breaker(ctx, name, by=user.name)
+        return views.pool_view(ctx, name)
 
     @app.get(
         "/events",

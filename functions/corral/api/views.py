@@ -96,10 +96,28 @@ def experiment_detail(ctx: Context, experiment_id: str) -> ExperimentDetail:
     )
 
 
-def list_experiments(ctx: Context, limit: int) -> ExperimentList:
-    return ExperimentList(
-        experiments=[experiment_view(ctx, e) for e in ctx.store.experiments(limit=limit)]
-    )
+# How many of the newest experiments an owner filter reads at most. The store lists newest
+# first with no filter, so the filter reads a growing window until it has ``limit`` matches.
+MAX_OWNER_SCAN = 10_000
+
+
+def list_experiments(ctx: Context, limit: int, owner: str | None = None) -> ExperimentList:
+    """The ``limit`` newest experiments, or with ``owner`` the newest ``limit`` of theirs
+    (``truncated`` when the newest ``MAX_OWNER_SCAN`` held fewer and more exist)."""
+    if owner is None:
+        found = ctx.store.experiments(limit=limit)
+        return ExperimentList(experiments=[experiment_view(ctx, e) for e in found])
+    window = limit
+    while True:
+        window = min(window * 4, MAX_OWNER_SCAN)
+        batch = ctx.store.experiments(limit=window)
+        mine = [e for e in batch if e.owner == owner][:limit]
+        exhausted = len(batch) < window
+        if len(mine) == limit or exhausted or window == MAX_OWNER_SCAN:
+            return ExperimentList(
+                experiments=[experiment_view(ctx, e) for e in mine],
+                truncated=len(mine) < limit and not exhausted,
+            )
 
 
 def experiment_trials(
@@ -122,7 +140,7 @@ def _experiment(
     trials = sorted(trials, key=lambda t: (order.get(t.id, len(order)), t.id))
     # Metric summaries only (never the points): one batched read for all the trials.
     metrics = by_trial(ctx.store.metric_summaries([t.id for t in trials]))
-    views = [_trial(ctx, t, metrics.get(t.id, [])) for t in trials]
+    views = [_trial(ctx, t, metrics.get(t.id, []), owner=experiment.owner) for t in trials]
     counts = Counter(t.state.value for t in trials)
     summary = ExperimentView(
         id=experiment.id,
@@ -147,7 +165,8 @@ def trial_view(ctx: Context, trial_id: str) -> TrialView:
     trial = ctx.store.get_trial(trial_id)
     if trial is None:
         raise NotFoundError(f"no trial {trial_id}")
-    return _trial(ctx, trial)
+    experiment = ctx.store.get_experiment(trial.experiment_id)
+    return _trial(ctx, trial, owner=experiment.owner if experiment else None)
 
 
 def _waiting_reason(trial: Trial) -> str | None:
@@ -163,7 +182,13 @@ def _waiting_reason(trial: Trial) -> str | None:
     return None
 
 
-def _trial(ctx: Context, trial: Trial, metrics: list[MetricSummary] | None = None) -> TrialView:
+def _trial(
+    ctx: Context,
+    trial: Trial,
+    metrics: list[MetricSummary] | None = None,
+    *,
+    owner: str | None,
+) -> TrialView:
     # A trial's cost is settled when it leaves its GPUs; while it holds them, price the
     # stretch since it was assigned as the settlement would (read-only: nothing is written).
     instances = {
@@ -178,6 +203,7 @@ def _trial(ctx: Context, trial: Trial, metrics: list[MetricSummary] | None = Non
     return TrialView(
         id=trial.id,
         experiment_id=trial.experiment_id,
+        owner=owner,
         pool=trial.pool,
         state=trial.state.value,
         slots=trial.slots,
@@ -278,6 +304,13 @@ def list_pools(ctx: Context) -> PoolList:
             for name, pool in ctx.pools.items()
         ]
     )
+
+
+def pool_view(ctx: Context, name: str) -> PoolView:
+    for view in list_pools(ctx).pools:
+        if view.name == name:
+            return view
+    raise NotFoundError(f"no pool {name}")
 
 
 def cannot_serve_reason(plan: PoolPlan | None) -> str | None:

@@ -146,7 +146,9 @@ class ApiClient:
                 raw = reply.read()
         except urllib.error.HTTPError as exc:
             message = _error_message(exc.code, exc.read())
-            if exc.code in (401, 403):
+            if exc.code == 401:
+                # Only for missing or unknown credentials: a 403 says what the caller, known
+                # to the API, may not do (another user's experiment), and why.
                 message += " (check CORRAL_TOKEN / your AWS credentials)"
             raise CliError(message, EXIT_USAGE if 400 <= exc.code < 500 else EXIT_ERROR) from None
         except (urllib.error.URLError, OSError) as exc:

@@ -1,4 +1,4 @@
-"""``corral dev up|down|status|interrupt|capacity``: the local stack (no cloud account)."""
+"""``corral dev up|down|status|interrupt|capacity|user``: the local stack (no cloud account)."""
 
 from __future__ import annotations
 
@@ -303,3 +303,46 @@ def capacity(
                 render.console.print(f"{key}: available again")
         except faults.FaultError as exc:
             raise CliError(str(exc), 2) from None
+
+
+user_app = typer.Typer(help="The local stack's named users (each with a token).")
+app.add_typer(user_app, name="user", no_args_is_help=True)
+
+
+@user_app.command("add")
+def user_add(
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The user's name (their owner name).")
+    ],
+    rotate: Annotated[
+        bool, typer.Option("--rotate", help="Replace the token of an existing user.")
+    ] = False,
+) -> None:
+    """Add a user to the local stack and print their token (shown once: only its digest is
+    kept). The running API accepts it at once; use it with CORRAL_TOKEN=<token>."""
+    from corral.local import users
+
+    with render.guard():
+        try:
+            token = users.set_token(_state(), name, replace=rotate)
+        except users.UserError as exc:
+            raise CliError(str(exc), 2) from None
+        # The token alone on stdout, so `export CORRAL_TOKEN=$(corral dev user add bob)` works.
+        sys.stdout.write(token + "\n")
+        render.err_console.print(
+            f"user {name}: {'new token' if rotate else 'added'} (not an admin unless the "
+            "cluster config's `admins` names them); CORRAL_TOKEN=<the token above>"
+        )
+
+
+@user_app.command("list")
+def user_list() -> None:
+    """The local stack's users (names only: tokens are not kept)."""
+    from corral.local import users
+
+    with render.guard():
+        try:
+            found = users.names(_state())
+        except users.UserError as exc:
+            raise CliError(str(exc)) from None
+        render.console.print("\n".join(found) if found else "no users (start the stack first)")

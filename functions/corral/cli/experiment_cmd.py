@@ -25,6 +25,8 @@ EXPERIMENT_COLUMNS: list[render.Column] = [
     Col("STATE", lambda e: render.state(e.get("state")), fit="keep"),
     Col("POOL", lambda e: e.get("pool"), drop=2),
     Col("TRIALS", lambda e: render.by_state(e.get("trials_by_state"))),
+    # Who submitted it, shortened (an IAM ARN loses its common prefix); whole in describe.
+    Col("OWNER", lambda e: render.principal(e.get("owner")), drop=4),
     Col("BEST", lambda e: render.metric((e.get("best") or {}).get("value")), drop=3),
     Col("SUBMITTED", lambda e: render.age(e.get("submitted_at")), fit="keep", drop=1),
     Col("COST", lambda e: render.money(e.get("cost_usd")), fit="keep"),
@@ -145,16 +147,25 @@ def create(
 @app.command("list")
 def list_cmd(
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+    mine: Annotated[bool, typer.Option("--mine", help="Only the experiments you own.")] = False,
+    owner: Annotated[
+        str | None, typer.Option(help="Only those of this owner (as `describe` shows it).")
+    ] = None,
     json_out: JsonOption = False,
     endpoint: EndpointOption = None,
 ) -> None:
-    """List experiments, newest first."""
+    """List experiments, newest first: everyone's, yours (--mine) or one owner's."""
     with render.guard():
-        reply = client_from(endpoint).get("/experiments", {"limit": limit})
+        params: dict[str, Any] = {"limit": limit, "mine": mine or None, "owner": owner}
+        reply = client_from(endpoint).get("/experiments", params)
         if json_out:
             render.print_json(reply)
             return
         render.table("Experiments", EXPERIMENT_COLUMNS, reply.get("experiments") or [])
+        if reply.get("truncated"):
+            render.err_console.print(
+                "note: only the newest 10,000 experiments were searched for the owner's"
+            )
 
 
 @app.command("describe")
@@ -192,7 +203,8 @@ def kill(
     json_out: JsonOption = False,
     endpoint: EndpointOption = None,
 ) -> None:
-    """Stop every trial of an experiment (running ones are told to stop)."""
+    """Stop every trial of an experiment (running ones are told to stop). Only its owner or
+    an admin (the cluster config's `admins`) may."""
     with render.guard():
         e = client_from(endpoint).post(f"/experiments/{experiment_id}/kill")
         if json_out:

@@ -1,6 +1,10 @@
-"""``corral pool list``: what each pool runs, may launch, and why it launches nothing."""
+"""``corral pool list``: what each pool runs, may launch, and why it launches nothing;
+``corral pool reset-breaker NAME``: an admin closes a pool's boot circuit breaker."""
 
 from __future__ import annotations
+
+import urllib.parse
+from typing import Annotated
 
 import typer
 
@@ -51,3 +55,24 @@ def list_cmd(json_out: JsonOption = False, endpoint: EndpointOption = None) -> N
             render.print_json(reply)
             return
         render.table("Pools", POOL_COLUMNS, reply.get("pools") or [])
+
+
+@app.command("reset-breaker")
+def reset_breaker(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The pool.")],
+    json_out: JsonOption = False,
+    endpoint: EndpointOption = None,
+) -> None:
+    """Close the pool's boot circuit breaker now, once the image or startup script that kept
+    instances from registering is fixed (admins only; the event log says who)."""
+    with render.guard():
+        path = f"/pools/{urllib.parse.quote(name, safe='')}/reset-breaker"
+        pool = client_from(endpoint).post(path)
+        if json_out:
+            render.print_json(pool)
+            return
+        breaker = pool.get("breaker") or {}
+        render.console.print(
+            f"pool {pool.get('name')}: breaker {'open' if breaker.get('open') else 'closed'}, "
+            f"{breaker.get('boot_failures', 0)} boot failure(s) counted"
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -192,6 +193,19 @@ def fields(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
     for key, value in pairs:
         out.add_row(key, "-" if value is None or value == "" else str(value))
     console.print(out)
+
+
+_ARN_PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:(?:iam|sts)::\d{12}:(?:user|assumed-role|role)/(.+)$")
+
+
+def principal(name: str | None) -> str:
+    """A principal name short enough for a table cell: an IAM ARN without its common prefix
+    (``alice``, ``Admin/alice@example.com``); other names (emails, local users) as they are.
+    ``describe`` and ``--json`` show the whole name."""
+    if not name:
+        return "-"
+    match = _ARN_PRINCIPAL.match(name)
+    return match.group(1) if match else name
 
 
 def by_state(counts: dict[str, int] | None) -> str:

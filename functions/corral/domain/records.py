@@ -29,6 +29,8 @@ class Experiment:
     config: dict[str, Any]  # the validated experiment config, as submitted (JSON-ready)
     trial_ids: tuple[str, ...]
     is_command: bool = False
+    # Who submitted it: the API's principal name (``corral.domain.access``); None on
+    # records written before owners were recorded (only admins may change those).
     owner: str | None = None
     killed_at: float | None = None
     version: int = 0
@@ -67,6 +69,7 @@ class EventKind(StrEnum):
     OFFERING_UNAVAILABLE = "offering_unavailable"
     POOL_BACKOFF = "pool_backoff"
     BREAKER_OPEN = "breaker_open"
+    BREAKER_RESET = "breaker_reset"  # an admin said the cause is fixed
     BUDGET_EXHAUSTED = "budget_exhausted"
     AGENT_REGISTERED = "agent_registered"
     AGENT_LOST = "agent_lost"

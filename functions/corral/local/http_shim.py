@@ -8,13 +8,15 @@ carries that route key and its ``proxy`` path parameter, exactly as when deploye
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from corral.api.http_events import http_event, http_reply
+from corral.api.http_events import BodyRefused, check_body_size, http_event, http_reply
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +26,36 @@ Invoke = Callable[[dict[str, Any]], Any]
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY: a reply goes out in two writes (headers, body); with Nagle on, the body
+    # waited for the client's delayed ACK, about 40 ms per request on a kept-alive
+    # connection (benchmarks/load_api.py measured 44 ms).
+    disable_nagle_algorithm = True
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer without reading the body, and close: the rest of it is never read."""
+        payload = json.dumps({"message": message}).encode()
+        self.close_connection = True
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.send_header("connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(payload)
 
     def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not declared.isdigit():
+            self._refuse(400, f"bad Content-Length {declared[:40]!r}: want a byte count")
+            return
+        length = int(declared)
+        # Checked before reading, as API Gateway does: a huge body is never held in memory.
+        try:
+            check_body_size(length)
+        except BodyRefused as refused:
+            self._refuse(refused.status, refused.message)
+            return
         body = self.rfile.read(length) if length else b""
         event = http_event(
             self.command,
@@ -65,6 +94,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # The listen backlog (socketserver's default is 5): a burst of new connections (a
+    # thousand agents at once in benchmarks/load_api.py) queues instead of being refused.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], invoke: Invoke, route_key: str) -> None:
         super().__init__(address, _Handler)

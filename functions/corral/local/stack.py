@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.domain.config import load_cluster_config
-from corral.local import moto_server
+from corral.local import moto_server, users
 from corral.local.faults import install_capacity_faults
 from corral.local.http_shim import HttpShim
 from corral.local.instance_emulator import EmulatorSettings, InstanceEmulator
@@ -149,11 +149,11 @@ class DevStack:
             log.warning("template: %s", warning)
         if self.resources.http is None:
             raise RuntimeError(f"{self.options.template}: no function with an HttpApi event")
-        self.user_token = secrets.token_urlsafe(24)
+        # The default user's token is new on every start; users added with `corral dev user
+        # add` keep theirs (local/users.py).
+        self.user_token = users.start_default_user(self.state)
         agent_secret = secrets.token_hex(32)
         self._set_function_env(config_text, config, agent_secret)
-        self.state.write(self.state.token_file, self.user_token + "\n")
-        self.state.token_file.chmod(0o600)
 
         # Function output (JSON logs, EMF metrics) goes to logs/functions.log, not the terminal.
         self._function_log = (self.state.logs / "functions.log").open("a", buffering=1)
@@ -211,8 +211,11 @@ class DevStack:
             {
                 "CORRAL_CLUSTER_CONFIG": config_text,  # wins over the SSM parameter
                 "CORRAL_API_AUTH": "token",
-                "CORRAL_USER_TOKEN": self.user_token,
-                "CORRAL_USER_NAME": os.environ.get("USER", "local"),
+                # Read again on every change: users added while the stack runs count at once.
+                "CORRAL_USERS_FILE": str(self.state.users_file),
+                # The stack's default user administers it (kills anyone's work, resets
+                # breakers), whatever the config's `admins` says; users added later do not.
+                "CORRAL_ADMINS": users.DEFAULT_USER,
                 "CORRAL_AGENT_TOKEN_SECRET": agent_secret,
                 "POWERTOOLS_LOG_LEVEL": "DEBUG" if self.options.verbose else "INFO",
             }
@@ -222,6 +225,9 @@ class DevStack:
         # example cluster's own pair instead of refusing it.
         for name in ("CORRAL_TAG_KEY", "CORRAL_TAG_VALUE"):
             env.pop(name, None)
+            os.environ.pop(name, None)
+        # Users come from the users file only, never from the caller's environment.
+        for name in ("CORRAL_USER_TOKEN", "CORRAL_USER_NAME"):
             os.environ.pop(name, None)
         if len(pairs) == 1:
             ((key, value),) = pairs
@@ -236,8 +242,9 @@ class DevStack:
             f"Corral local stack is up.\n"
             f"  API:        {self.api_url}   (docs: {self.api_url}/docs)\n"
             f"  dashboard:  {self.api_url}/#token={self.user_token}\n"
-            f"  token:      {self.user_token}   (Authorization: Bearer <token>; "
-            f"also in {self.state.token_file})\n"
+            f"  token:      {self.user_token}   (user {users.DEFAULT_USER}, an admin; "
+            f"Authorization: Bearer <token>; also in {self.state.token_file})\n"
+            f"  users:      corral dev user add NAME   (prints a token; CORRAL_TOKEN=<it>)\n"
             f"  AWS (moto): {self.aws_endpoint}\n"
             f"  state:      {self.state.root}\n"
             f"  try:        corral experiment create examples/grid.yaml --follow"

@@ -7,7 +7,8 @@ so the CLI (``corral experiment ...``, ``corral dev down``) works from any shell
 stack.pid        the stack process (foreground or --detach)
 endpoint         the API URL (http://127.0.0.1:PORT)
 aws_endpoint     the moto URL (AWS_ENDPOINT_URL for boto3)
-token            the user bearer token of this stack
+token            the bearer token of the stack's default user (``local``)
+users.json       the stack's named users (name and token digest each; ``users.py``)
 agent_secret     the key agent tokens are derived from (see ``tokens.py``)
 children         pid per line of every process the stack started (moto, agents, trials)
 faults.json      injected faults (capacity errors, pending terminations), read by the stack
@@ -74,6 +75,10 @@ class StateDir:
     @property
     def token_file(self) -> Path:
         return self.root / "token"
+
+    @property
+    def users_file(self) -> Path:
+        return self.root / "users.json"
 
     @property
     def agent_secret_file(self) -> Path:
@@ -158,7 +163,13 @@ class StateDir:
         ):
             path.unlink(missing_ok=True)
 
-    # ---- faults (read-modify-write from the CLI and the stack) -------------------------
+    # ---- read-modify-write from the CLI and the stack (faults, users) --------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Held while a small file is read, changed and written back."""
+        with self._locked():
+            yield
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)

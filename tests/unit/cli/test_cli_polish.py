@@ -101,6 +101,7 @@ EXPERIMENTS = [
         "best": {"trial_id": "exp-000001.t0001", "metric": "validation_loss", "value": 0.31},
         "submitted_at": None,
         "cost_usd": 0.3,
+        "owner": "arn:aws:sts::123456789012:assumed-role/AWSReservedSSO_Dev/alice@example.com",
     }
 ]
 
@@ -258,3 +259,4 @@ def test_the_banner_prints_the_token_and_the_dashboard_url(tmp_path: Path) -> No
     assert "dashboard:  http://127.0.0.1:8080/#token=tok-123" in banner
     assert re.search(r"token:\s+tok-123 ", banner)
     assert str(stack.state.token_file) in banner
+    assert "user local, an admin" in banner and "corral dev user add NAME" in banner

@@ -88,6 +88,9 @@ class PlacementPart(_View):
 class TrialView(_View):
     id: str
     experiment_id: str
+    owner: str | None = Field(
+        default=None, description="Who submitted its experiment (null on older records)"
+    )
     pool: str
     state: str
     slots: int
@@ -128,7 +131,10 @@ class ExperimentView(_View):
     name: str
     pool: str
     state: str = Field(description="Derived from the trials and the kill flag")
-    owner: str | None
+    owner: str | None = Field(
+        description="Who submitted it: an IAM ARN, a Google email or a local-stack user name "
+        "(null on records older than owners); only they and admins may kill it"
+    )
     is_command: bool
     submitted_at: float
     killed_at: float | None
@@ -154,6 +160,11 @@ class ExperimentDetail(ExperimentView):
 
 class ExperimentList(_View):
     experiments: list[ExperimentView]
+    truncated: bool = Field(
+        default=False,
+        description="With an owner filter: fewer than limit matches were found among the "
+        "newest 10,000 experiments, and older ones were not searched",
+    )
 
 
 # ---- instances (agents) ---------------------------------------------------------------------

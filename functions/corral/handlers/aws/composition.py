@@ -24,6 +24,9 @@ Environment (set by ``infra/template.yaml``):
     The ownership pair the IAM policies are conditioned on. Optional; when set, every pool
     must use exactly this pair (one that does not could never launch or terminate, so it
     is refused at start rather than failing later with UnauthorizedOperation).
+``CORRAL_ADMINS``
+    Admins added to the cluster config's ``admins`` (comma-separated principal names or
+    patterns). Optional; the local stack sets it to its default user.
 ``AWS_REGION``
     Set by Lambda: the region of the table, the queues and the SSM parameter. Pools name
     their own EC2 region.
@@ -36,6 +39,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from corral.domain.access import admins_with
 from corral.domain.config import ClusterConfig
 from corral.handlers.config_source import CompositionError, parse_cluster_config
 from corral.ports.clock import Clock, SystemClock
@@ -47,6 +51,7 @@ CONFIG_PARAMETER_ENV = "CORRAL_CLUSTER_CONFIG_PARAMETER"
 TABLE_PREFIX_ENV = "CORRAL_TABLE_PREFIX"
 TAG_KEY_ENV = "CORRAL_TAG_KEY"
 TAG_VALUE_ENV = "CORRAL_TAG_VALUE"
+ADMINS_ENV = "CORRAL_ADMINS"
 QUEUE_URL_ENV: Mapping[QueueName, str] = {
     QueueName.SCHEDULE: "CORRAL_SCHEDULE_QUEUE_URL",
     QueueName.SCALE_UP: "CORRAL_SCALE_UP_QUEUE_URL",
@@ -98,6 +103,7 @@ def context_from_env(
         clock=clock,
         pools={pool.name: pool for pool in config.resource_pools},
         default_pool=config.default_pool_name,
+        admins=admins_with(config.admins, env.get(ADMINS_ENV, "")),
     )
 
 

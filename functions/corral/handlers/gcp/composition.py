@@ -18,6 +18,9 @@ Environment (set by ``infra/gcp/deploy.sh``):
     Firestore database (default ``(default)``) and collection-name prefix (``corral-``).
 ``CORRAL_TOPIC_SCHEDULE``, ``CORRAL_TOPIC_SCALE_UP``, ``CORRAL_TOPIC_INTERRUPTIONS``
     Topic ids, defaulting to ``corral-schedule``, ``corral-scale-up``, ``corral-interruptions``.
+``CORRAL_ADMINS``
+    Admins added to the cluster config's ``admins`` (comma-separated principal names or
+    patterns). Optional; the local stack sets it to its default user.
 ``CORRAL_LABEL_KEY``, ``CORRAL_LABEL_VALUE``
     The ownership label the IAM conditions are written for. Optional; when set, every pool
     must use exactly this pair (refused at start rather than failing later with 403s).
@@ -31,6 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from corral.domain.access import admins_with
 from corral.domain.config import ClusterConfig
 from corral.handlers.config_source import CompositionError, parse_cluster_config
 from corral.ports.clock import Clock, SystemClock
@@ -39,6 +43,7 @@ from corral.services.shared.service_context import Context
 
 CONFIG_ENV = "CORRAL_CLUSTER_CONFIG"
 CONFIG_FILE_ENV = "CORRAL_CLUSTER_CONFIG_FILE"
+ADMINS_ENV = "CORRAL_ADMINS"
 TOPIC_ENV: Mapping[QueueName, str] = {
     QueueName.SCHEDULE: "CORRAL_TOPIC_SCHEDULE",
     QueueName.SCALE_UP: "CORRAL_TOPIC_SCALE_UP",
@@ -96,6 +101,7 @@ def context_from_env(
         clock=clock,
         pools={pool.name: pool for pool in config.resource_pools},
         default_pool=config.default_pool_name,
+        admins=admins_with(config.admins, env.get(ADMINS_ENV, "")),
     )
 
 

@@ -128,6 +128,10 @@ class Context:
     rng: random.Random = field(default_factory=random.Random)
     settings: ServiceSettings = field(default_factory=ServiceSettings)
     policy: ScalingPolicy = field(default_factory=DomainPolicy)
+    # The cluster config's ``admins`` (``corral.domain.access``): who may change anyone's
+    # work. Empty by default: a runtime that passes none has no admins, and owners alone may
+    # change their work.
+    admins: tuple[str, ...] = ()
 
     def pool(self, name: str) -> PoolPolicy | None:
         return self.pools.get(name)
