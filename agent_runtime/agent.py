@@ -230,7 +230,12 @@ class Agent:
         c, region = self.config, self.config.aws_region or self.identity.region
         tags = {"InstanceId": self.identity.cloud_id, "Pool": c.pool}
         if c.cloudwatch_log_group and self.logs.sink is None:
-            self.logs.sink = CloudWatchLogs(c.cloudwatch_log_group, self.identity.cloud_id, region)
+            self.logs.sink = CloudWatchLogs(
+                c.cloudwatch_log_group,
+                self.identity.cloud_id,
+                region,
+                stream_prefix=c.cloudwatch_log_stream,
+            )
         if c.cloudwatch_metrics_namespace and self._cloudwatch is None:
             self._cloudwatch = CloudWatchMetrics(
                 c.cloudwatch_metrics_namespace, tags, c.cloudwatch_metrics_interval_s, region

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from corral.domain.config.task_defaults import parse_port_range
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,9 @@ class AgentConfig(BaseModel):
     run_as_uid: int | None = Field(default=None, ge=0)
     run_as_gid: int | None = Field(default=None, ge=0)
     stop_grace_s: float = Field(default=30.0, ge=0, description="SIGTERM-to-SIGKILL on stop")
+    # The cluster's task_container_defaults (LOW:HIGH): GLOO_PORT_RANGE / NCCL_PORT_RANGE.
+    gloo_port_range: str | None = Field(default=None, description="None: any port")
+    nccl_port_range: str | None = Field(default=None, description="None: any port")
     # --- interruptions -------------------------------------------------------------------
     interruption_poll_s: float = Field(default=5.0, gt=0)
     interruption_margin_s: float = Field(
@@ -87,9 +92,20 @@ class AgentConfig(BaseModel):
     # --- logs and metrics ----------------------------------------------------------------
     log_flush_interval_s: float = Field(default=1.0, gt=0)
     cloudwatch_log_group: str | None = None
+    cloudwatch_log_stream: str | None = Field(
+        default=None, description="Prefix of the stream names: <prefix>/<instance>/<trial>"
+    )
     cloudwatch_metrics_namespace: str | None = None
     cloudwatch_metrics_interval_s: float = Field(default=60.0, gt=0)
     tick_s: float = Field(default=1.0, gt=0, description="Main loop period")
+
+    @field_validator("gloo_port_range", "nccl_port_range")
+    @classmethod
+    def _port_range(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        low, high = parse_port_range(value)  # its ValueError names the problem
+        return f"{low}:{high}"
 
     @model_validator(mode="after")
     def _check(self) -> AgentConfig:

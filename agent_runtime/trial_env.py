@@ -1,8 +1,10 @@
 """The environment contract between the agent and a trial (documented in docs/agent.md).
 
-Precedence, lowest first: the agent's proxy settings, the experiment's
-``environment_variables``, then the ``CORRAL_*`` / device / rendezvous variables below,
-which a trial cannot override because the agent's bookkeeping depends on them.
+Precedence, lowest first: the agent's proxy settings and the cluster's port ranges
+(``GLOO_PORT_RANGE``/``NCCL_PORT_RANGE`` from ``task_container_defaults``; an experiment may
+narrow them), the experiment's ``environment_variables``, then the ``CORRAL_*`` / device /
+rendezvous variables below, which a trial cannot override because the agent's bookkeeping
+depends on them.
 
 Checkpoints: the trial writes checkpoints under ``CORRAL_CHECKPOINT_DIR`` (a local directory;
 for ``file://`` storage it *is* the storage, for ``s3://``/``gs://`` it is a staging directory
@@ -55,9 +57,18 @@ def trial_env(
     proxies: dict[str, str],
     in_container: bool,
     metrics_file: Path | None = None,
+    gloo_port_range: str | None = None,
+    nccl_port_range: str | None = None,
 ) -> dict[str, str]:
     a = assignment
-    env: dict[str, str] = {**proxies, **a.environment}
+    env: dict[str, str] = {**proxies}
+    # Each variable from its own field: Determined's agent sets GLOO_PORT_RANGE from the NCCL
+    # range, which opens the wrong ports for GLOO when the two differ.
+    if gloo_port_range:
+        env["GLOO_PORT_RANGE"] = gloo_port_range
+    if nccl_port_range:
+        env["NCCL_PORT_RANGE"] = nccl_port_range
+    env.update(a.environment)
     helper = HELPER_MOUNT if in_container else str(HELPER_DIR)
     user_path = a.environment.get("PYTHONPATH")
     env["PYTHONPATH"] = f"{helper}:{user_path}" if user_path else helper

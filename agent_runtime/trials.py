@@ -42,6 +42,8 @@ def launch_spec(
         proxies=config.proxy_env(),
         in_container=in_container,
         metrics_file=metrics_file,
+        gloo_port_range=config.gloo_port_range,
+        nccl_port_range=config.nccl_port_range,
     )
     if config.container_startup_script:
         env[STARTUP_SCRIPT_ENV] = config.container_startup_script
@@ -59,6 +61,7 @@ def launch_spec(
         bind_mounts=list(a.bind_mounts),
         uid=a.run_as_uid if a.run_as_uid is not None else config.run_as_uid,
         gid=a.run_as_gid if a.run_as_gid is not None else config.run_as_gid,
+        nodes=a.rendezvous.nnodes if a.rendezvous is not None else 1,
     )
 
 

@@ -57,6 +57,8 @@ class LaunchSpec:
     bind_mounts: list[BindMount] = field(default_factory=list)
     uid: int | None = None
     gid: int | None = None
+    # Agents the trial spans (its rendezvous' nnodes): more than one needs the host network.
+    nodes: int = 1
 
 
 class TrialHandle(Protocol):

@@ -4,6 +4,15 @@ The ``docker`` SDK is imported lazily (only here, only when Docker is used) and 
 injected, so tests check the arguments given to a fake client without an engine. Containers
 belong to the Docker daemon, not to the agent: they keep running if the agent restarts or the
 control plane is briefly unreachable.
+
+Networking: a trial on one agent runs on ``agent_docker_network`` (default ``corral``, a
+bridge the executor creates). A trial spanning several agents always runs on the host
+network, whatever ``agent_docker_network`` says: its peers connect to this instance's own
+address (``MASTER_ADDR`` is the rank-0 instance's address) on the rendezvous port 12355 and
+the GLOO/NCCL port ranges, and only the host's network stack receives those. A bridge would
+need every port of the ranges published, and a macvlan/ipvlan/overlay container has an address
+of its own that the control plane does not know. Determined instead requires
+``agent_docker_network: host`` for every task; Corral keeps single-agent trials isolated.
 """
 
 from __future__ import annotations
@@ -96,10 +105,10 @@ class DockerExecutor:
         self._device_request = device_request
         self._network_ready = False
 
-    def _ensure_network(self) -> None:
+    def _ensure_network(self, spec: LaunchSpec) -> None:
         # Like Determined's agent: create the task network on first use if it is missing.
         name = self._config.agent_docker_network
-        if self._network_ready or not name or name in _BUILTIN_NETWORKS:
+        if self._network_ready or not name or name in _BUILTIN_NETWORKS or spec.nodes > 1:
             return
         if not self._client.networks.list(names=[name]):
             log.info("creating docker network %s", name)
@@ -144,7 +153,10 @@ class DockerExecutor:
                 [self._device_request([str(i) for i in spec.gpus])] if spec.gpus else []
             ),
         }
-        if c.agent_docker_network:
+        if spec.nodes > 1 or c.agent_docker_network == "host":
+            # network_mode, not network: the SDK refuses both, and "host" is a mode.
+            kwargs["network_mode"] = "host"
+        elif c.agent_docker_network:
             kwargs["network"] = c.agent_docker_network
         if c.agent_docker_runtime:
             kwargs["runtime"] = c.agent_docker_runtime
@@ -172,12 +184,13 @@ class DockerExecutor:
 
     def launch(self, spec: LaunchSpec, on_line: LineSink) -> DockerHandle:
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        self._ensure_network()
-        if spec.env.get("MASTER_ADDR") and self._config.agent_docker_network != "host":
-            log.warning(
-                "trial %s spans agents but agent_docker_network is %r: NCCL/GLOO peers on "
-                "other hosts reach containers only with the host network",
+        self._ensure_network(spec)
+        if spec.nodes > 1 and self._config.agent_docker_network != "host":
+            log.info(
+                "trial %s spans %d agents: running it on the host network, not %r, so its "
+                "NCCL/GLOO peers on other instances can reach it",
                 spec.trial_id,
+                spec.nodes,
                 self._config.agent_docker_network,
             )
         # containers.run pulls a missing image first; the agent calls launch off its loop.

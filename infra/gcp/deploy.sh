@@ -1,22 +1,51 @@
 #!/usr/bin/env bash
-# Deploy Corral's GCP control plane: Firestore, Pub/Sub topics, a service account per function
-# with least-privilege roles, five Cloud Functions (2nd gen), Cloud Scheduler ticks, and the
-# log sink that turns Spot preemptions into messages. Idempotent: re-running updates in place.
+# Deploy Corral's GCP control plane: Firestore, Pub/Sub topics (and a dead-letter topic), a
+# service account per function with least-privilege roles, five Cloud Functions (2nd gen),
+# Cloud Scheduler ticks, and the log sink that turns Spot preemptions into messages.
+# Idempotent: re-running updates in place.
 #
 # Usage:
-#   PROJECT=my-project CONFIG_FILE=cluster.yaml USERS=alice@example.com infra/gcp/deploy.sh
-# Settings (environment):
-#   PROJECT       (required) the project of the control plane and of the agents
+#   PROJECT=my-project CONFIG_FILE=cluster.yaml USERS=alice@example.com infra/gcp/deploy.sh \
+#       [--zone=us-central1-a] [--agent-image=projects/my-project/global/images/corral-agent-...]
+#   infra/gcp/deploy.sh --dry-run ...    # print the commands (no gcloud, no account)
+# Settings (environment; the options above set ZONE and AGENT_IMAGE):
+#   PROJECT       (required) the project of the control plane and of the agents; the functions
+#                 get it as GOOGLE_CLOUD_PROJECT, the project of pools that leave it out
 #   CONFIG_FILE   (required) the cluster config; stored in Secret Manager, mapped to the
 #                 functions' CORRAL_CLUSTER_CONFIG (a new version reaches new instances)
 #   USERS         comma-separated emails allowed to call the API (roles/run.invoker + app list)
 #   REGION        functions, Scheduler and Firestore location (default us-central1)
 #   LABEL_KEY / LABEL_VALUE   the ownership label every pool must use (default managed-by=corral)
 #   NAME_PREFIX   the pools' name_prefix (default corral-agent); IAM conditions use it
-#   DRY_RUN=1     print the commands instead of running them (needs no gcloud and no account)
+#   ZONE          optional: zone(s), comma-separated, of pools that leave zone out (CORRAL_ZONE)
+#   AGENT_IMAGE   optional: the agent image (infra/agent-image) of pools that leave
+#                 boot_disk_source_image out (CORRAL_AGENT_IMAGE)
+#   DRY_RUN=1     the same as --dry-run
 # Docs: docs/gcp.md (what each step is for, and what IAM can and cannot restrict on GCE).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --dry-run) DRY_RUN=1 ;;
+    --zone=*) ZONE=${1#--zone=} ;;
+    --agent-image=*) AGENT_IMAGE=${1#--agent-image=} ;;
+    --zone | --agent-image)
+        [ $# -ge 2 ] || { echo "deploy.sh: $1 needs a value" >&2; exit 2; }
+        if [ "$1" = --zone ]; then ZONE=$2; else AGENT_IMAGE=$2; fi
+        shift
+        ;;
+    -h | --help)
+        sed -n '2,23p' "$0"
+        exit 0
+        ;;
+    *)
+        echo "deploy.sh: unknown argument $1 (see --help)" >&2
+        exit 2
+        ;;
+    esac
+    shift
+done
 
 PROJECT=${PROJECT:?set PROJECT}
 CONFIG_FILE=${CONFIG_FILE:?set CONFIG_FILE (the cluster config)}
@@ -25,6 +54,8 @@ USERS=${USERS:-}
 LABEL_KEY=${LABEL_KEY:-managed-by}
 LABEL_VALUE=${LABEL_VALUE:-corral}
 NAME_PREFIX=${NAME_PREFIX:-corral-agent}
+ZONE=${ZONE:-}
+AGENT_IMAGE=${AGENT_IMAGE:-}
 RUNTIME=${RUNTIME:-python311}
 SECRET=corral-cluster-config
 BUILD=${BUILD_DIR:-build/gcp}
@@ -52,7 +83,7 @@ run "${g[@]}" services enable cloudfunctions.googleapis.com run.googleapis.com \
 
 # ---- 2. Firestore (Native mode), composite indexes, TTL policies --------------------------
 ensure "${g[@]}" firestore databases create --location="$REGION" --type=firestore-native
-python3 - "$@" <<'PY' | while IFS= read -r line; do eval "ensure ${line}"; done
+python3 - <<'PY' | while IFS= read -r line; do eval "ensure ${line}"; done
 import json, shlex
 spec = json.load(open("infra/gcp/firestore.indexes.json"))
 for index in spec["indexes"]:
@@ -77,6 +108,12 @@ run "${g[@]}" secrets versions add "$SECRET" --data-file="$CONFIG_FILE"
 # ---- 4. Topics -------------------------------------------------------------------------------
 TOPICS=(corral-schedule corral-scale-up corral-interruptions corral-idle-reap-tick)
 for topic in "${TOPICS[@]}"; do ensure "${g[@]}" pubsub topics create "$topic"; done
+# Commands that keep failing end here (step 7 points the subscriptions at it); its own
+# subscription keeps them a week for an operator to read (docs/gcp.md, "Dead letters").
+DEAD_LETTER=corral-dead-letter
+ensure "${g[@]}" pubsub topics create "$DEAD_LETTER"
+ensure "${g[@]}" pubsub subscriptions create "$DEAD_LETTER-sub" --topic="$DEAD_LETTER" \
+    --message-retention-duration=7d --expiration-period=never
 
 # ---- 5. Service accounts: one per function, one for the agents ------------------------------
 FUNCTIONS=(api schedule scale-up idle-reap spot-reconcile)
@@ -130,6 +167,9 @@ fi
 # ';' separates the variables (gcloud's ^;^ syntax), so the USERS list keeps its commas.
 ENV_VARS="GOOGLE_CLOUD_PROJECT=$PROJECT;CORRAL_LABEL_KEY=$LABEL_KEY;CORRAL_LABEL_VALUE=$LABEL_VALUE"
 ENV_VARS="$ENV_VARS;CORRAL_USERS=$USERS"
+# What pools may leave out because the deployment knows it (corral.domain.config.deployment).
+if [ -n "$ZONE" ]; then ENV_VARS="$ENV_VARS;CORRAL_ZONE=$ZONE"; fi
+if [ -n "$AGENT_IMAGE" ]; then ENV_VARS="$ENV_VARS;CORRAL_AGENT_IMAGE=$AGENT_IMAGE"; fi
 deploy() {  # name entry-point trigger-args...
     local name=$1 entry=$2
     shift 2
@@ -162,10 +202,20 @@ done
 run "${g[@]}" run services add-iam-policy-binding corral-api --region="$REGION" \
     --member="serviceAccount:$AGENT_SA" --role=roles/run.invoker
 
-# Delayed commands come back through the subscription's retry backoff (pubsub_queue.py).
-# Retention is set, not left to Eventarc's default: a day is ~150 retries at the longest
-# backoff (600 s), far longer than any delay a command asks for (there is no dead-letter topic:
-# a command that keeps failing is retried for the whole day, then dropped).
+# Delayed commands come back through the subscription's retry backoff (pubsub_queue.py; the
+# longest delay, 900 s, takes ~7 deliveries). A command that keeps failing goes to the
+# dead-letter topic after 100 deliveries (Pub/Sub's maximum; ~16 h at the longest backoff,
+# 600 s), inside the day the subscription retains it, instead of being dropped after that day.
+# Pub/Sub's own service agent moves it: it must publish to the dead-letter topic and
+# acknowledge on each subscription.
+if [ "${DRY_RUN:-}" = "1" ]; then
+    PROJECT_NUMBER=0
+else
+    PROJECT_NUMBER=$("${g[@]}" projects describe "$PROJECT" --format='value(projectNumber)')
+fi
+PUBSUB_AGENT="serviceAccount:service-$PROJECT_NUMBER@gcp-sa-pubsub.iam.gserviceaccount.com"
+run "${g[@]}" pubsub topics add-iam-policy-binding "$DEAD_LETTER" --member="$PUBSUB_AGENT" \
+    --role=roles/pubsub.publisher
 for name in schedule scale-up spot-reconcile; do
     if [ "${DRY_RUN:-}" = "1" ]; then
         sub="eventarc-$REGION-corral-$name-000-sub-000"
@@ -174,7 +224,9 @@ for name in schedule scale-up spot-reconcile; do
         sub=$("${g[@]}" eventarc triggers describe "${trigger##*/}" --location="$REGION" --format='value(transport.pubsub.subscription)')
     fi
     run "${g[@]}" pubsub subscriptions update "${sub##*/}" --min-retry-delay=10s --max-retry-delay=600s \
-        --message-retention-duration=1d
+        --message-retention-duration=1d --dead-letter-topic="$DEAD_LETTER" --max-delivery-attempts=100
+    run "${g[@]}" pubsub subscriptions add-iam-policy-binding "${sub##*/}" --member="$PUBSUB_AGENT" \
+        --role=roles/pubsub.subscriber
 done
 
 # ---- 8. Timers (Cloud Scheduler publishes to the functions' topics) ---------------------------

@@ -14,9 +14,10 @@
 #   AGENT_TAG        the network tag every pool puts on its agents (the pools'
 #                    network_tags; default corral-agent)
 #   RULE_PREFIX      prefix of the rule names (default corral-agents)
-#   GLOO_PORT_RANGE  task_container_defaults.gloo_port_range, LOW-HIGH or LOW:HIGH
+#   GLOO_PORT_RANGE  must match the cluster config's task_container_defaults.gloo_port_range
+#                    (the agents give trials that range), LOW-HIGH or LOW:HIGH
 #                    (default 1024-65535: Determined's behaviour when unset)
-#   NCCL_PORT_RANGE  task_container_defaults.nccl_port_range, the same form and default
+#   NCCL_PORT_RANGE  must match task_container_defaults.nccl_port_range; same form and default
 #   TENSORBOARD_SOURCE_RANGES  optional comma-separated CIDRs (your office or VPN) that may
 #                    reach TensorBoard on the agents; 0.0.0.0/0 is refused
 #   DRY_RUN=1        the same as --dry-run

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agent_runtime.config import AgentConfig
 from agent_runtime.executors import LaunchSpec, wrap_entrypoint
@@ -220,3 +224,112 @@ def test_the_exit_is_reported_only_after_the_last_log_lines(tmp_path: Path) -> N
     handle = DockerExecutor(config, client).launch(spec, lambda _s, line: lines.append(line))
     assert handle.poll() == 0
     assert lines == ["first", "last words"]
+
+
+def _gang_assignment(nnodes: int) -> Any:
+    from corral.protocol.agent import TrialAssignment
+
+    rendezvous = {
+        "master_addr": "10.0.0.1",
+        "master_port": 12355,
+        "world_size": 2 * nnodes,
+        "node_rank": 0,
+        "nnodes": nnodes,
+        "local_world_size": 2,
+    }
+    return TrialAssignment.model_validate(
+        {
+            "trial_id": "t-gang",
+            "experiment_id": "e",
+            "entrypoint": ["python", "train.py"],
+            "image": "pytorch/pytorch:2.3",
+            "gpus": [0, 1],
+            "checkpoint": {"storage_uri": "s3://b/e/t"},
+            "rendezvous": rendezvous if nnodes > 1 else None,
+        }
+    )
+
+
+def _config(tmp_path: Path, network: str | None) -> AgentConfig:
+    return AgentConfig(
+        api_url="http://cp",
+        dev_token="t",  # type: ignore[arg-type]
+        dev_instance_id="i-1",
+        agent_docker_network=network,
+        work_dir=tmp_path,
+    )
+
+
+@pytest.mark.parametrize("network", ["corral", "my-bridge", None])
+def test_a_trial_spanning_agents_runs_on_the_host_network(
+    tmp_path: Path, network: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Peers on other instances connect to this instance's address (MASTER_ADDR is the rank-0
+    instance's): only the host network receives them, whatever agent_docker_network says."""
+    from agent_runtime.trials import launch_spec
+
+    config = _config(tmp_path, network)
+    client = FakeClient()
+    executor = DockerExecutor(config, client, device_request=lambda ids: ids)
+    spec = launch_spec(_gang_assignment(2), config, "rec-1", in_container=True)
+    assert spec.nodes == 2
+    with caplog.at_level(logging.INFO, logger="agent_runtime.executors.docker"):
+        executor.launch(spec, lambda s, line: None)
+    (kw,) = client.run_calls
+    assert kw["network_mode"] == "host" and "network" not in kw
+    assert client.created_networks == []  # the bridge is not needed for this trial
+    assert "spans 2 agents: running it on the host network" in caplog.text
+
+
+def test_a_trial_on_one_agent_keeps_the_configured_network(tmp_path: Path) -> None:
+    from agent_runtime.trials import launch_spec
+
+    config = _config(tmp_path, "corral")
+    client = FakeClient()
+    executor = DockerExecutor(config, client, device_request=lambda ids: ids)
+    spec = launch_spec(_gang_assignment(1), config, "rec-1", in_container=True)
+    assert spec.nodes == 1
+    kw = executor.run_kwargs(spec)
+    assert kw["network"] == "corral" and "network_mode" not in kw
+
+
+@pytest.mark.parametrize(
+    ("nodes", "network", "mode"),
+    [(2, "corral", "host"), (1, "corral", "corral"), (1, "host", "host")],
+)
+def test_the_docker_sdk_accepts_the_arguments(
+    tmp_path: Path, nodes: int, network: str, mode: str
+) -> None:
+    """Through the real SDK's containers.run (an API stub stands in for the engine): the
+    arguments pass its checks ("network" and "network_mode" together are refused) and the
+    engine is asked for the expected network mode."""
+    from docker.models.containers import ContainerCollection  # type: ignore[import-untyped]
+
+    from agent_runtime.executors.docker import _device_request
+
+    created: list[dict[str, Any]] = []
+
+    class Api:
+        _version = "1.44"
+
+        def create_container(self, **kw: Any) -> dict[str, str]:
+            created.append(kw)
+            return {"Id": "c0ffee"}
+
+        def inspect_container(self, container_id: str) -> dict[str, str]:
+            return {"Id": container_id}
+
+        def start(self, container_id: str) -> None:
+            pass
+
+    class Client:
+        api = Api()
+
+    config = _config(tmp_path, network)
+    # The real DeviceRequest type: the SDK builds the host config from it.
+    executor = DockerExecutor(config, FakeClient(), device_request=_device_request)
+    spec = LaunchSpec("t", "e", "a", ["true"], {}, [0], tmp_path, tmp_path / "c", image="busybox")
+    kwargs = executor.run_kwargs(replace(spec, nodes=nodes))
+    ContainerCollection(client=Client()).run(**kwargs)
+    (create,) = created
+    assert create["host_config"]["NetworkMode"] == mode

@@ -46,6 +46,10 @@ class BootstrapSettings:
     cloudwatch_log_group: str | None = None
     cloudwatch_metrics_namespace: str | None = None
     aws_region: str | None = None
+    # task_container_defaults' port ranges ("LOW:HIGH"), given to trials as GLOO_PORT_RANGE
+    # and NCCL_PORT_RANGE; None: any port.
+    gloo_port_range: str | None = None
+    nccl_port_range: str | None = None
     agent_wheel_url: str | None = None  # None: use the corral-agent baked into the image
     agent_settings: Mapping[str, object] = field(default_factory=dict)  # any other key
 
@@ -68,10 +72,21 @@ class BootstrapSettings:
             "cloudwatch_log_group": self.cloudwatch_log_group,
             "cloudwatch_metrics_namespace": self.cloudwatch_metrics_namespace,
             "aws_region": self.aws_region,
+            "gloo_port_range": self.gloo_port_range,
+            "nccl_port_range": self.nccl_port_range,
         }
         config.update(self.agent_settings)
         # Unset keys are left out so the agent's own defaults apply.
         return {k: v for k, v in config.items() if v is not None}
+
+
+class PortRanges(Protocol):
+    """A pool's effective ``task_container_defaults`` (corral.domain.config.task_defaults)."""
+
+    @property
+    def gloo_port_range(self) -> str | None: ...
+    @property
+    def nccl_port_range(self) -> str | None: ...
 
 
 class AgentSource(Protocol):
@@ -91,6 +106,8 @@ class AgentSource(Protocol):
     def agent_reconnect_attempts(self) -> int: ...
     @property
     def agent_reconnect_backoff(self) -> float: ...
+    @property
+    def task_defaults(self) -> PortRanges: ...
 
 
 def settings_for(
@@ -123,6 +140,8 @@ def settings_for(
         agent_docker_runtime=provider.agent_docker_runtime,
         agent_reconnect_attempts=provider.agent_reconnect_attempts,
         agent_reconnect_backoff=provider.agent_reconnect_backoff,
+        gloo_port_range=provider.task_defaults.gloo_port_range,
+        nccl_port_range=provider.task_defaults.nccl_port_range,
         **cloud_specific,  # type: ignore[arg-type]
     )
 

@@ -12,6 +12,9 @@ top-level ``provider: {type: ..., <fields>}``          one pool ``default`` with
 ``resource_manager.default_compute_resource_pool``     ``default_resource_pool`` (also the older
                                                        ``default_gpu_resource_pool``)
 ``instance_type.preemptible`` (GCP)                    means a Spot VM (same field, kept)
+``task_container_defaults`` (top level, per pool)      ``gloo_port_range``/``nccl_port_range``
+                                                       kept (task_defaults.py); other keys
+                                                       ignored, with a warning each
 other Determined master keys (``port``, ``db``, ...)   ignored, with a warning each
 provider ``launch_error_timeout``, ...                 ignored, with a warning each
 =====================================================  =========================================
@@ -33,6 +36,7 @@ from typing import Any
 from corral.domain.config import determined
 from corral.domain.config.deployment import DeploymentDefaults, fill_defaults
 from corral.domain.config.errors import Problem
+from corral.domain.config.task_defaults import PORT_RANGE_KEYS
 
 # Determined master settings Corral has no use for: there is no master to configure.
 IGNORED_TOP_LEVEL = frozenset(
@@ -42,15 +46,14 @@ IGNORED_TOP_LEVEL = frozenset(
         "hpimportance", "initial_user_password", "integrations", "internal", "launch_error",
         "log", "logging", "notebook_timeout", "observability", "oidc", "port", "profiling",
         "reserved_ports", "resource_manager", "retention_policy", "root", "saml", "scheduler",
-        "scim", "security", "task_container_defaults", "telemetry", "tensorboard_timeout",
-        "tls", "ui_customization", "webhooks",
+        "scim", "security", "telemetry", "tensorboard_timeout", "tls", "ui_customization",
+        "webhooks",
     }
 )  # fmt: skip
 IGNORED_POOL_KEYS = frozenset(
     {
         "agent_reattach_enabled", "agent_reconnect_wait", "kubernetes_namespace",
         "max_aux_containers_per_agent", "max_cpu_containers_per_agent", "scheduler",
-        "task_container_defaults",
     }
 )  # fmt: skip
 IGNORED_PROVIDER_KEYS = frozenset(
@@ -80,7 +83,10 @@ _HINTS = {
         "and an open boot breaker lets a launch through after an hour"
     ),
     "scheduler": "Corral's scheduler has no settings",
-    "task_container_defaults": "set environment and bind_mounts in each experiment config",
+    "task_container_defaults": (
+        "Corral reads only gloo_port_range and nccl_port_range here; set the image, "
+        "environment and bind_mounts in each experiment config"
+    ),
     "use_cloud_logging": (
         "trial logs are kept by the control plane (corral trial logs); Corral's agents have no "
         "Cloud Logging driver"
@@ -88,6 +94,7 @@ _HINTS = {
 }
 # Keys that make a document a Determined master.yaml (not a Corral cluster config).
 _DETERMINED_MARKS = IGNORED_TOP_LEVEL | {"provisioner", "provider"}
+TASK_DEFAULTS = "task_container_defaults"  # Corral keeps its port ranges (task_defaults.py)
 
 
 @dataclass
@@ -157,6 +164,8 @@ def normalize_cluster(
         d["resource_pools"] = [{"name": "default", "provider": provider}]
         out.warnings.append(f"{key}: read as resource pool 'default' (Determined spelling)")
     _resource_manager(d, out)
+    if imported:
+        _task_defaults(d, TASK_DEFAULTS, out)
     for key in sorted(set(d) & IGNORED_TOP_LEVEL):
         out.warnings.append(_ignored(key, key))
         del d[key]
@@ -189,6 +198,27 @@ def _resource_manager(d: dict[str, Any], out: Normalized) -> None:
         out.warnings.append(_ignored(f"resource_manager.{key}", key))
 
 
+def _task_defaults(holder: dict[str, Any], path: str, out: Normalized) -> None:
+    """Keep a Determined ``task_container_defaults`` block's port ranges; drop its other keys
+    (with a warning each), and the block when nothing is left. A Corral config is not
+    filtered: there an unknown key is a typo to report."""
+    block = holder.get(TASK_DEFAULTS)
+    if block is None:
+        holder.pop(TASK_DEFAULTS, None)
+        return
+    if not isinstance(block, Mapping):
+        return  # validation says it must be a mapping
+    kept = {k: v for k, v in block.items() if k in PORT_RANGE_KEYS and v not in (None, "")}
+    for key in sorted(set(block) - set(kept), key=str):
+        if key in PORT_RANGE_KEYS:
+            continue  # "" or null: unset, as Determined reads it
+        out.warnings.append(_ignored(f"{path}.{key}", TASK_DEFAULTS))
+    if kept:
+        holder[TASK_DEFAULTS] = kept
+    else:
+        del holder[TASK_DEFAULTS]
+
+
 def _pool(index: int, pool: object, out: Normalized, context: _Context) -> object:
     if not isinstance(pool, Mapping):
         return pool
@@ -196,6 +226,8 @@ def _pool(index: int, pool: object, out: Normalized, context: _Context) -> objec
     for key in sorted(set(pool) & IGNORED_POOL_KEYS):
         out.warnings.append(_ignored(f"resource_pools[{index}].{key}", key))
         del pool[key]
+    if context.imported:
+        _task_defaults(pool, f"resource_pools[{index}].{TASK_DEFAULTS}", out)
     provider = pool.get("provider")
     if isinstance(provider, Mapping):
         provider = dict(provider)
