@@ -35,6 +35,7 @@ from corral.domain.config import (
     format_duration,
     parse_yaml,
     read_source,
+    reference,
     validate,
 )
 
@@ -191,3 +192,38 @@ def validate_cmd(
     typer.echo("ok")
     for line in lines:
         typer.echo(line)
+
+
+@app.command("reference")
+def reference_cmd(
+    update: Annotated[
+        Path | None,
+        typer.Option(help="Rewrite the generated blocks of this file (docs/configuration.md)."),
+    ] = None,
+    check: Annotated[
+        Path | None,
+        typer.Option(help="Print a diff and exit 1 when this file's generated blocks are stale."),
+    ] = None,
+) -> None:
+    """The configuration reference, generated from the config models: every field with its
+    type, default, rule and meaning. Without options: print the generated blocks."""
+    target = update or check
+    if target is None:
+        typer.echo(reference.blocks())
+        return
+    try:
+        text = target.read_text(encoding="utf-8")
+        diff = reference.stale_diff(text, str(target))
+        if update is not None:
+            if diff:
+                target.write_text(reference.update_document(text, reference.render_all()))
+            typer.echo(f"{target}: {'updated' if diff else 'already current'}")
+            return
+    except (OSError, reference.StaleMarkers) as exc:
+        typer.echo(f"{target}: {exc}", err=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    if diff:
+        typer.echo(diff, nl=False)
+        typer.echo(f"{target}: stale; refresh with: {reference.REFRESH_COMMAND}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{target}: current")

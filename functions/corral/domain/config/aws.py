@@ -41,6 +41,7 @@ def _prefixed(prefix: str, what: str) -> AfterValidator:
 
 class AwsNetworkInterface(FrozenModel):
     public_ip: bool = True
+    """Give agents a public IP (needed when the subnet has no NAT gateway)."""
     # Several subnets (one per availability zone) let the planner move to another zone when
     # one runs out of capacity; each subnet is a separate offering location.
     subnet_id: Annotated[
@@ -48,12 +49,20 @@ class AwsNetworkInterface(FrozenModel):
         OneOrMany,
         AfterValidator(unique),
     ] = ()
+    """Subnets to launch in (`subnet-...`), one per availability zone; each is an offering location,
+    so a zone out of capacity moves launches to the next. None: the region's default subnets, and
+    the location is the region name."""
     security_group_id: Annotated[str, _prefixed("sg-", "a security group id")] | None = None
+    """Security group of the agents (`sg-...`); `infra/network.yaml` creates one with the ports
+    trials need between agents."""
 
 
 class AwsTag(FrozenModel):
     key: NonEmptyStr = Field(max_length=128)
+    """Tag key; not starting with `aws:`, not `Name` and not the ownership `tag_key` (Corral sets
+    those)."""
     value: str = Field(default="", max_length=256)
+    """Tag value."""
 
     @field_validator("key")
     @classmethod
@@ -67,27 +76,58 @@ class AwsTag(FrozenModel):
 
 class AwsProvider(CommonProvider):
     type: Literal["aws"]
+    """Selects the AWS provider block."""
     region: str
+    """AWS region instances launch in, e.g. `us-east-1`. Left out (as in Determined's master.yaml):
+    the deployment's region, with a warning (see Deployment defaults)."""
     image_id: str
+    """Agent machine image, `ami-` followed by 8-17 hex digits (built by `infra/agent-image/`). Left
+    out: the deployment's agent image (`CORRAL_AGENT_IMAGE_ID`)."""
     instance_type: Annotated[StrList, Field(min_length=1), AfterValidator(unique)] = (
         "g4dn.metal",  # Determined's default
     )
+    """EC2 instance types the pool may launch, in order of preference (Determined's default is
+    `g4dn.metal`)."""
     instance_slots: int | None = Field(default=None, ge=0)
+    """GPUs of an instance type the catalog does not know; required when a type is not in the
+    catalog. Known types always use the catalog's count."""
     root_volume_size: int = Field(default=200, ge=100)
+    """Root EBS volume size in GB."""
     tag_key: NonEmptyStr = Field(default="managed-by", max_length=128)
+    """Key of the ownership tag: Corral only ever touches instances and spot requests carrying
+    `tag_key: tag_value`. Must not start with `aws:`."""
     tag_value: NonEmptyStr = Field(default="corral", max_length=256)
+    """Value of the ownership tag; make the pair unique per installation."""
     instance_name: NonEmptyStr = Field(default="corral-agent", max_length=256)
+    """`Name` tag of agent instances."""
     ssh_key_name: str | None = None
+    """EC2 key pair for SSH to agents; none: no key."""
     iam_instance_profile_arn: str | None = None
+    """Instance profile of the agents, `arn:aws:iam::<12 digits>:instance-profile/<name>` (the
+    control plane needs `iam:PassRole` on its role)."""
     network_interface: AwsNetworkInterface = AwsNetworkInterface()
+    """Network settings of the agents' network interface."""
     spot: bool = False
+    """Launch spot instances (one-time requests, interruption behaviour `terminate`); see
+    `on_demand_fallback` for what happens when spot is refused."""
     spot_max_price: Decimal | None = Field(default=None, gt=0)
+    """Highest spot price per hour in USD (a string or a number); only with `spot: true`. None (or
+    `""`, as Determined's renders write it): up to the on-demand price."""
     custom_tags: tuple[AwsTag, ...] = ()
+    """Extra tags on instances, as `{key, value}` items."""
     cpu_slots_allowed: bool = False
+    """A zero-GPU instance offers one CPU slot (for CPU-only trials)."""
     # CloudWatch Logs group the agents copy trial logs to (their role must be allowed to write
     # there), and the stream name Determined used for all agents (passed on to the agent).
     log_group: str | None = None
+    """CloudWatch Logs group the agents copy trial logs to, one stream per instance and trial
+    (`<instance-id>/<trial-id>`, after `log_stream` and a `/` when that is set). The agents' role
+    must be allowed to write there: the stack's agent role may write only to its
+    `AgentLogGroupName`."""
     log_stream: str | None = None
+    """Determined's one stream for all agents (no `:` or `*`); passed to the agent config as
+    `cloudwatch_log_stream`, the prefix of the agents' stream names (one stream per instance and
+    trial), with a warning saying so."""
 
     @field_validator("region")
     @classmethod

@@ -11,19 +11,23 @@ from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AfterValidator, AliasChoices, Field, field_validator, model_validator
 
 from corral.domain.config.aws import AwsProvider
 from corral.domain.config.common import (
     FrozenModel,
+    NonEmptyStr,
+    OneOrMany,
     Ownership,
     Partial,
     RuleProblems,
     Unavailable,
     rule,
+    unique,
 )
 from corral.domain.config.errors import field_error, rule_error
 from corral.domain.config.gcp import LABEL_RULE, GcpProvider
+from corral.domain.config.task_defaults import TaskContainerDefaults
 from corral.domain.offerings import Offering
 
 # Pool names end up in a tag (AWS) or label (GCP) on every instance, and in record keys.
@@ -35,8 +39,29 @@ Provider = Annotated[AwsProvider | GcpProvider, Field(discriminator="type")]
 
 class ResourcePool(FrozenModel):
     name: str = Field(validation_alias=AliasChoices("name", "pool_name"))
+    """The pool's name, written in a tag (AWS) or label (GCP) on every instance of the pool: 1-63
+    letters, digits, `_`, `.` or `-`, starting with a letter or digit; for GCP pools a GCP label
+    value (lowercase). Unique in the cluster."""
     description: str = ""
+    """Shown in listings."""
     provider: Provider
+    """The cloud block: the fields common to both clouds plus the cloud's own (tables below)."""
+    # Determined's per-pool block: over the cluster's, key by key (task_defaults.py).
+    task_container_defaults: TaskContainerDefaults = TaskContainerDefaults()
+    """This pool's GLOO and NCCL port ranges, over the cluster's `task_container_defaults` key by
+    key."""
+
+    @model_validator(mode="after")
+    def _task_defaults_to_provider(self) -> ResourcePool:
+        return self.with_task_defaults(TaskContainerDefaults())
+
+    def with_task_defaults(self, cluster: TaskContainerDefaults) -> ResourcePool:
+        """This pool with its provider carrying its block over ``cluster``'s: the adapters
+        render the agent bootstrap from the provider block alone."""
+        effective = self.task_container_defaults.over(cluster)
+        if effective == self.provider.task_defaults:
+            return self
+        return self.model_copy(update={"provider": self.provider.with_task_defaults(effective)})
 
     @field_validator("name")
     @classmethod
@@ -168,11 +193,53 @@ def _valid_pool_names(config: ClusterConfig) -> Iterator[tuple[int, str]]:
             yield i, name
 
 
+def _principal_pattern(value: str) -> str:
+    # A principal name never has surrounding blanks: such a pattern could match no one.
+    if value != value.strip():
+        raise field_error(f"{value!r} has leading or trailing blanks")
+    return value
+
+
+# Principal names or fnmatch patterns (``corral.domain.access``): IAM ARNs, Google emails,
+# local-stack user names.
+AdminList = Annotated[
+    tuple[Annotated[NonEmptyStr, AfterValidator(_principal_pattern)], ...],
+    OneOrMany,
+    AfterValidator(unique),
+]
+
+
 class ClusterConfig(FrozenModel):
     resource_pools: tuple[ResourcePool, ...] = Field(min_length=1)
+    """The pools Corral launches instances for; names must be unique."""
     default_resource_pool: str | None = None
+    """Pool of jobs that name none; must name a pool. None: the first pool."""
+    # Who may change anyone's work (kill another user's experiment, reset a pool's breaker).
+    admins: AdminList = ()
+    """Principals who may change anyone's work (kill another user's experiment or command, or one
+    stored before owners were recorded; reset a pool's breaker): exact names or case-sensitive
+    `fnmatch` patterns of the names the API gives callers: IAM ARNs on AWS (a role session also
+    matches its role, `arn:aws:iam::<acct>:role/<role>`), lowercase Google emails on GCP, the
+    token's user on the local stack. `CORRAL_ADMINS` (comma-separated) adds more; the local stack
+    adds its default user `local`. Everyone else changes only their own work (docs/security.md)."""
+    # Determined's cluster-wide block: GLOO/NCCL port ranges for every pool (task_defaults.py).
+    task_container_defaults: TaskContainerDefaults = TaskContainerDefaults()
+    """Determined's cluster-wide block; Corral reads its GLOO and NCCL port ranges, for every pool.
+    Determined's other keys are ignored with a warning."""
     # Modelled by the simulator's owner; carried through untouched until then.
     simulation: dict[str, Any] | None = None
+    """The cloud model of `corral sim` (boot times, spot interruptions, capacity outages,
+    checkpoints; docs/simulator.md); ignored by a deployed cluster. Problems are named
+    `simulation.<field>`."""
+
+    @model_validator(mode="after")
+    def _task_defaults_to_pools(self) -> ClusterConfig:
+        pools = tuple(
+            p.with_task_defaults(self.task_container_defaults) for p in self.resource_pools
+        )
+        if all(new is old for new, old in zip(pools, self.resource_pools, strict=True)):
+            return self
+        return self.model_copy(update={"resource_pools": pools})
 
     @rule
     def _unique_names(self) -> RuleProblems:

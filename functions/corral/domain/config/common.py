@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    PrivateAttr,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -27,6 +28,7 @@ from pydantic_core.core_schema import ErrorType
 
 from corral.domain.config.durations import Duration, PositiveDuration, parse_duration
 from corral.domain.config.errors import CUSTOM_ERROR_TYPE, field_error, rule_error
+from corral.domain.config.task_defaults import TaskContainerDefaults
 from corral.domain.fallback import ON_DEMAND_FALLBACK_AFTER_S
 from corral.domain.offerings import CapacityType, Offering
 
@@ -285,28 +287,80 @@ class CommonProvider(FrozenModel):
 
     # --- the agent on each instance
     master_url: str | None = None
+    """URL agents use to reach the control plane (`http://` or `https://`); none: the deployment's
+    API URL. Determined's instance-metadata hosts (`local-ipv4`, ...) mean the same and are dropped
+    with a warning."""
     startup_script: str | None = None
+    """Shell script run on the instance at boot, before the agent starts."""
     container_startup_script: str | None = None
+    """Shell script run in every task container before the task (e.g. registry credential
+    helpers)."""
     agent_docker_network: str = "corral"
+    """Docker network task containers join (gang trials across instances use host networking)."""
     agent_docker_image: str | None = None
+    """Accepted for Determined compatibility and not used (a warning says so): Corral's agent runs
+    from the machine image, or from the wheel the bootstrap installs."""
     agent_docker_runtime: str = "runc"
+    """Docker runtime of task containers (e.g. `nvidia`)."""
     agent_reconnect_attempts: int = Field(default=5, ge=0)
+    """Times an agent retries reaching the control plane before giving up on a request."""
     agent_reconnect_backoff: Duration = 5.0
+    """Wait between those retries."""
     # --- pool size and timers
     max_idle_agent_period: Duration = 1200.0
+    """An agent idle this long is drained and terminated, never below `min_instances`."""
     max_agent_starting_period: PositiveDuration = 1200.0
+    """An instance whose agent has not registered by then is terminated."""
     min_instances: int = Field(default=0, ge=0)
+    """Instances kept even when idle."""
     max_instances: int = Field(default=5, ge=0)
+    """Upper bound on the pool's instances (open spot requests count); must be >=
+    `min_instances`."""
     launch_error_retries: int = Field(default=3, ge=0)
+    """Retries of one launch that failed for no known reason (a cloud internal error, a launch
+    request that never got an answer), each as a new attempt; then its record fails
+    (`ALLOCATION_FAILED`) with the reason. Capacity and price refusals do not count (they move to
+    the next offering), nor do throttling (the same attempt again), quota and permission errors (the
+    pool backs off, 30 s doubling to 30 min) or an invalid launch config (the record fails at once
+    and the pool waits 30 min). Instances that never register are counted by the pool's boot breaker
+    instead (5 in a row stop launches; see docs/operations.md)."""
     # --- Corral additions
     on_demand_fallback: bool = True
+    """Spot pools may launch on-demand when every spot offering is refused, once the trial has
+    waited `on_demand_fallback_after`; `false` never falls back. Ignored by on-demand pools. A spot
+    pool of a Determined master.yaml that sets neither field gets `false`, as Determined never falls
+    back."""
     # How long a trial waits for spot before on-demand is bought for it; None: never.
     on_demand_fallback_after: FallbackDelay = ON_DEMAND_FALLBACK_AFTER_S
+    """How long a trial of a spot pool waits for spot before on-demand is bought for it, counted
+    from its submission (or its preemption or requeue); its pending reason says when. `0` falls back
+    at the first refusal; `never` is the same as `on_demand_fallback: false`. Capacity for
+    `min_instances` (no trial waiting) falls back only when it is `0`."""
     monthly_budget_usd: float | None = Field(default=None, gt=0)
+    """Spend cap of the pool per calendar month in USD; no launch that would exceed it (trials wait,
+    with the budget as their pending reason). None: no cap."""
     capacity_memory_period: Duration = 180.0
+    """How long an offering the cloud refused for capacity is skipped (Karpenter uses 3 minutes)."""
     # An idle on-demand agent of a spot pool (fallback capacity, ~3x the spot price) is
     # drained once idle as long as it took to boot, not after max_idle_agent_period.
     reap_fallback_early: bool = True
+    """An idle on-demand agent of a spot pool (capacity the pool fell back to, about three times the
+    spot price) is drained once it has been idle as long as it took to boot, never later than
+    `max_idle_agent_period`. `false`: every idle agent lives `max_idle_agent_period`, as in
+    Determined."""
+    # The pool's effective task_container_defaults (cluster block, then the pool's), set by
+    # ClusterConfig: the adapters hand the agent bootstrap only the provider block.
+    _task_defaults: TaskContainerDefaults = PrivateAttr(default_factory=TaskContainerDefaults)
+
+    @property
+    def task_defaults(self) -> TaskContainerDefaults:
+        return self._task_defaults
+
+    def with_task_defaults(self, defaults: TaskContainerDefaults) -> Self:
+        """A copy carrying ``defaults`` (a copy: a provider may be shared by configs)."""
+        copy = self.model_copy()
+        copy._task_defaults = defaults
+        return copy
 
     @rule
     def _max_over_min(self) -> RuleProblems:

@@ -84,8 +84,8 @@ def log_stream_note(provider: Mapping[str, Any], path: str) -> list[str]:
         return []
     return [
         f"{path}.log_stream: passed to the agents as cloudwatch_log_stream; Corral's agents "
-        "copy trial logs to log_group in one stream per instance and trial "
-        "(<instance-id>/<trial-id>), not in one shared stream"
+        "copy trial logs to log_group in one stream per instance and trial, named "
+        "<log_stream>/<instance-id>/<trial-id>, not in one shared stream"
     ]
 
 

@@ -69,40 +69,60 @@ def _env_vars(value: object) -> object:
 
 class Resources(FrozenModel):
     slots_per_trial: int = Field(default=1, ge=0)
+    """GPUs per trial; a trial larger than one instance is gang-placed on several."""
     resource_pool: str | None = None  # None: the cluster's default pool
+    """Pool to run in; none: the cluster's default pool."""
     priority: int = Field(default=DEFAULT_PRIORITY, ge=1, le=99)  # lower runs first
+    """Scheduling priority, 1-99: lower runs first, as in Determined. A top-level `priority` is
+    accepted too (both must agree)."""
 
 
 class Environment(FrozenModel):
     environment_variables: Annotated[dict[str, str], BeforeValidator(_env_vars)] = Field(
         default_factory=dict
     )
+    """Environment of each trial: a mapping, or a list of `KEY=VALUE` strings as Determined
+    allows."""
     image: str | None = None  # Determined's spelling of the top-level `image`
+    """Determined's spelling of the top-level `image` (both must agree)."""
 
 
 class BindMount(FrozenModel):
     host_path: AbsPath
+    """Absolute path on the agent's machine."""
     container_path: AbsPath
+    """Absolute path inside the trial container."""
     read_only: bool = False
+    """Mount read-only."""
 
 
 class S3Storage(FrozenModel):
     type: Literal["s3"]
+    """Checkpoints in an S3 bucket."""
     bucket: NonEmptyStr
+    """Bucket name."""
     prefix: str = ""
+    """Key prefix inside the bucket."""
     endpoint_url: str | None = None
+    """S3-compatible endpoint (MinIO, ...); none: AWS S3."""
 
 
 class GcsStorage(FrozenModel):
     type: Literal["gcs"]
+    """Checkpoints in a Cloud Storage bucket."""
     bucket: NonEmptyStr
+    """Bucket name."""
     prefix: str = ""
+    """Object prefix inside the bucket."""
 
 
 class SharedFsStorage(FrozenModel):
     type: Literal["shared_fs"]
+    """Checkpoints on a file system every agent mounts."""
     host_path: AbsPath
+    """Absolute path of the shared file system on the agents."""
     storage_path: str | None = None  # relative to host_path
+    """Directory under `host_path`; none: `host_path` itself."""
 
 
 CheckpointStorage = Annotated[S3Storage | GcsStorage | SharedFsStorage, Field(discriminator="type")]
@@ -119,10 +139,16 @@ class _JobConfig(FrozenModel):
 
     # Bounded so that a record always fits a store item (DynamoDB: 400 KB).
     description: str = Field(default="", max_length=MAX_DESCRIPTION_CHARS)
+    """Free text, shown in listings."""
     image: str | None = None  # required for Docker executors; the process executor ignores it
+    """Container image of each trial (`environment.image` accepted); required by Docker executors,
+    ignored by the process executor."""
     resources: Resources = Resources()
+    """GPUs, pool and priority."""
     environment: Environment = Environment()
+    """Environment variables (and Determined's `environment.image`)."""
     bind_mounts: tuple[BindMount, ...] = ()
+    """Host directories mounted in each trial container."""
 
     @classmethod
     def _prepare(cls, data: Any) -> tuple[Any, list[PydanticCustomError]]:
@@ -168,11 +194,20 @@ class _JobConfig(FrozenModel):
 
 class ExperimentConfig(_JobConfig):
     name: str = "experiment"
+    """Display name."""
     entrypoint: Entrypoint
+    """What each trial runs: a string runs through a shell, a list runs as is."""
     hyperparameters: dict[str, Hyperparameter] = Field(default_factory=dict)
+    """Values given to each trial, by name: a plain value (or a mapping without `type`) is a
+    constant; otherwise one of the kinds below."""
     searcher: SearcherConfig = SearcherConfig()
+    """How trials are made from the hyperparameters."""
     max_restarts: int = Field(default=5, ge=0)  # user errors only; lost instances are free
+    """Restarts of a trial after a user error (a non-zero exit); a lost or interrupted instance does
+    not use them."""
     checkpoint_storage: CheckpointStorage | None = None  # None: the cluster's default
+    """Where trials save checkpoints; none: the cluster's default place
+    (`file:///tmp/corral-checkpoints`)."""
 
     @rule
     def _check_search(self) -> RuleProblems:
@@ -192,6 +227,7 @@ class CommandConfig(_JobConfig):
     """Determined's ``command.yaml``: a job with no search; the command line comes separately."""
 
     entrypoint: Entrypoint | None = None
+    """The command, when `corral command run` is given none; the command line given replaces it."""
 
 
 def expand_trials(config: ExperimentConfig) -> list[dict[str, Any]]:

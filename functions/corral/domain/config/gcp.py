@@ -79,13 +79,19 @@ def _check_network_tag(value: str) -> str:
 
 class GcpNetworkInterface(FrozenModel):
     network: str = "global/networks/default"
+    """VPC network of the agents."""
     subnetwork: str | None = None
+    """Subnetwork of the agents; none: the network's subnetwork in the zone's region."""
     external_ip: bool = False  # Determined's default: use Cloud NAT or set this to true
+    """Give agents an external IP. Determined's default is false: use Cloud NAT, or set it."""
 
 
 class GcpServiceAccount(FrozenModel):
     email: str = ""  # empty: the project's default compute service account
+    """Service account of the agents; empty: the project's default compute service account."""
     scopes: Annotated[StrList, Field(min_length=1)] = (CLOUD_PLATFORM_SCOPE,)
+    """OAuth scopes of the agents (best practice: `cloud-platform` alone, and IAM roles on the
+    account)."""
 
 
 class GcpInstanceType(FrozenModel):
@@ -94,9 +100,15 @@ class GcpInstanceType(FrozenModel):
     Determined, whose renders name the GPU type of a CPU pool with ``gpu_num: 0``)."""
 
     machine_type: str = "n1-standard-32"
+    """GCE machine type; N1 custom types (`custom-8-30720`) take attached GPUs like `n1-*`."""
     gpu_type: GpuType | None = None
+    """Accelerator type; built into A2, G2, G4, A3, A4 and A4X machines, where it may be left out.
+    The counts GCE allows are listed below the table."""
     gpu_num: int = Field(default=0, ge=0)
+    """GPUs attached; `0` means none, whatever `gpu_type` says (as in Determined). For machines with
+    built-in GPUs: 0 or the machine's count."""
     preemptible: bool = False  # legacy spelling of a Spot VM
+    """Legacy spelling: this shape launches as a Spot VM."""
 
     @rule
     def _check_gpus(self) -> RuleProblems:
@@ -158,32 +170,61 @@ class GcpInstanceType(FrozenModel):
 
 class GcpProvider(CommonProvider):
     type: Literal["gcp"]
+    """Selects the GCP provider block."""
     project: str
+    """GCP project id instances launch in. Left out: the deployment's project, with a warning (see
+    Deployment defaults)."""
     zone: Annotated[
         tuple[Annotated[str, AfterValidator(_check_zone)], ...],
         OneOrMany,
         Field(min_length=1),
         AfterValidator(unique),
     ]
+    """Zones to launch in, e.g. `us-central1-a`; each is an offering location. Left out: the
+    deployment's zone(s) (`CORRAL_ZONE`)."""
     boot_disk_size: int = Field(default=200, ge=100)
+    """Boot disk size in GB."""
     boot_disk_source_image: str
+    """Agent image, e.g. `projects/<p>/global/images/<name>` (built by `infra/agent-image/`). Left
+    out: the deployment's agent image (`CORRAL_AGENT_IMAGE`)."""
     # A GCE disk type (pd-balanced, pd-ssd, hyperdisk-balanced, ...); Determined's spelling as a
     # URL (projects/p/zones/z/diskTypes/pd-ssd) is accepted. None: GCE's default.
     boot_disk_type: str | None = None
+    """Boot disk type (`pd-balanced`, `pd-ssd`, `hyperdisk-balanced`, ...); Determined's URL form
+    `projects/<p>/zones/<z>/diskTypes/pd-ssd` is accepted (its last part is used). None: GCE's
+    default."""
     base_config: dict[str, Any] = Field(default_factory=dict)  # merged into the insert body
+    """Merged into the instance insert body (e.g. extra `disks`)."""
     label_key: Annotated[str, AfterValidator(check_label_key)] = "managed-by"
+    """Key of the ownership label: Corral only ever touches instances carrying `label_key:
+    label_value`. GCP label rules: lowercase letters, digits, `_`, `-`, at most 63 characters,
+    starting with a letter."""
     label_value: Annotated[str, AfterValidator(check_label_value)] = "corral"
+    """Value of the ownership label; not empty, GCP label rules. Make the pair unique per
+    installation."""
     name_prefix: str = "corral-agent"
+    """Instance names are this prefix plus a suffix: a lowercase letter, then lowercase letters,
+    digits and `-`, at most 50 characters."""
     labels: dict[str, str] = Field(default_factory=dict)
+    """Extra labels on instances (GCP label rules; not the ownership `label_key`)."""
     network_interface: GcpNetworkInterface = GcpNetworkInterface()
+    """Network settings of the agents."""
     network_tags: tuple[Annotated[str, AfterValidator(_check_network_tag)], ...] = ()
+    """Network tags of the agents, for firewall rules (`infra/gcp/firewall.sh` uses
+    `corral-agent`)."""
     service_account: GcpServiceAccount = GcpServiceAccount()
+    """The agents' service account and scopes."""
     instance_type: Annotated[
         tuple[GcpInstanceType, ...], OneOrMany, Field(min_length=1), AfterValidator(unique)
     ] = (GcpInstanceType(gpu_type="nvidia-tesla-v100", gpu_num=4),)
+    """Machine shapes the pool may launch, in order of preference (Determined's default:
+    `n1-standard-32` with 4 V100s)."""
     operation_timeout_period: PositiveDuration = 300.0
+    """How long to wait for a GCE operation."""
     spot: bool = False
+    """Launch Spot VMs for every shape."""
     cpu_slots_allowed: bool = False  # a zero-GPU machine offers one CPU slot
+    """A zero-GPU shape offers one CPU slot (for CPU-only trials)."""
 
     @field_validator("project")
     @classmethod

@@ -29,18 +29,26 @@ MAX_GRID_TRIALS = MAX_TRIALS  # the name before random searches were capped too
 
 class ConstHP(FrozenModel):
     type: Literal["const"]
+    """A constant."""
     val: Any
+    """The value, given to every trial."""
 
 
 class CategoricalHP(FrozenModel):
     type: Literal["categorical"]
+    """One of a list of values."""
     vals: tuple[Any, ...] = Field(min_length=1)
+    """The values; `single` takes the first, `grid` each, `random` one at random."""
 
 
 class _RangeHP(FrozenModel):
     minval: float
+    """Lowest value (for `log`: the lowest exponent); must be <= `maxval`."""
     maxval: float
+    """Highest value (for `log`: the highest exponent)."""
     count: int | None = Field(default=None, ge=1)  # grid points; only the grid searcher uses it
+    """Points of a grid search, evenly spaced and inclusive (integers rounded and de-duplicated);
+    required by `grid`, at most 10,000."""
 
     @rule
     def _check_range(self) -> RuleProblems:
@@ -53,19 +61,23 @@ class _RangeHP(FrozenModel):
 
 class IntHP(_RangeHP):
     type: Literal["int"]
+    """An integer range."""
     minval: int
     maxval: int
 
 
 class DoubleHP(_RangeHP):
     type: Literal["double"]
+    """A real range."""
 
 
 class LogHP(_RangeHP):
     """``base ** x`` for x between ``minval`` and ``maxval`` (the exponents)."""
 
     type: Literal["log"]
+    """`base ** x` for an exponent `x` between `minval` and `maxval`."""
     base: float = Field(default=10.0, gt=0)
+    """Base of the exponent; not 1."""
 
     @rule
     def _check_base(self) -> RuleProblems:
@@ -89,10 +101,17 @@ Hyperparameter = Annotated[
 
 class SearcherConfig(FrozenModel):
     name: Literal["single", "grid", "random"] = "single"
+    """`single`: one trial (constants, first categorical values, range midpoints); `grid`: the
+    cartesian product (at most 10,000 trials); `random`: `max_trials` samples."""
     max_trials: int | None = Field(default=None, ge=1)
+    """Number of trials of a `random` search (required there), at most 10,000."""
     metric: str | None = None
+    """Validation metric that names the best trial."""
     smaller_is_better: bool = True
+    """Whether a smaller `metric` is better."""
     seed: int | None = None  # unset: derived from the config, so expansion is repeatable
+    """Seed of the random searcher; unset: derived from the search space, so an expansion is
+    repeatable."""
 
     @rule
     def _check_searcher(self) -> RuleProblems:
