@@ -137,7 +137,10 @@ class ApiClient:
         if data is not None:
             headers["content-type"] = "application/json"
         if self.endpoint.sigv4_region:
-            headers.update(_sigv4(method, url, data, headers, self.endpoint.sigv4_region))
+            from corral.cli.signing import SigV4Signer  # lazily: botocore only when signing
+
+            signer = SigV4Signer.from_environment(self.endpoint.sigv4_region)
+            headers.update(signer.sign(method, url, data, headers))
         elif self.endpoint.token:
             headers["authorization"] = f"Bearer {self.endpoint.token}"
         request = urllib.request.Request(url, data=data, headers=headers, method=method)
@@ -181,25 +184,6 @@ def _reason(exc: BaseException) -> str:
 
 def _q(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _sigv4(
-    method: str, url: str, data: bytes | None, headers: dict[str, str], region: str
-) -> dict[str, str]:
-    try:
-        import boto3  # type: ignore[import-untyped]
-        from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
-        from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
-    except ImportError:
-        raise CliError(
-            "signing for a deployed API needs boto3: pip install 'corral[aws]'"
-        ) from None
-    credentials = boto3.Session().get_credentials()
-    if credentials is None:
-        raise CliError("no AWS credentials found to sign the request (aws configure / SSO)")
-    request = AWSRequest(method=method, url=url, data=data, headers=dict(headers))
-    SigV4Auth(credentials.get_frozen_credentials(), "execute-api", region).add_auth(request)
-    return {k: str(v) for k, v in request.headers.items()}
 
 
 def client_from(endpoint_option: str | None) -> ApiClient:

@@ -21,13 +21,14 @@ import time
 import urllib.parse
 import webbrowser
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from corral.cli import render
 from corral.cli.client import CliError, Endpoint, resolve_endpoint
 from corral.cli.dashboard_proxy import DashboardProxy, Signer
+from corral.cli.signing import SigV4Signer
 
 GOOGLE_HOSTS = (".run.app", ".cloudfunctions.net")
 ID_TOKEN_REFRESH_S = 45 * 60.0  # Google ID tokens live an hour
@@ -41,39 +42,6 @@ class BearerSigner:
         self, method: str, url: str, body: bytes | None, headers: dict[str, str]
     ) -> dict[str, str]:
         return {**headers, "authorization": f"Bearer {self._token}"}
-
-
-class SigV4Signer:
-    """SigV4 for API Gateway (``execute-api``), as the AWS CLI would sign."""
-
-    def __init__(self, region: str, credentials: Any, service: str = "execute-api") -> None:
-        self.region = region
-        self._credentials = credentials  # botocore credentials; refreshable ones refresh
-        self._service = service
-
-    @classmethod
-    def from_environment(cls, region: str) -> SigV4Signer:
-        try:
-            import boto3  # type: ignore[import-untyped]
-        except ImportError:
-            raise CliError(
-                "signing for a deployed API needs boto3: pip install 'corral[aws]'"
-            ) from None
-        credentials = boto3.Session().get_credentials()
-        if credentials is None:
-            raise CliError("no AWS credentials found to sign requests (aws configure / SSO)")
-        return cls(region, credentials)
-
-    def sign(
-        self, method: str, url: str, body: bytes | None, headers: dict[str, str]
-    ) -> dict[str, str]:
-        from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
-        from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
-
-        request = AWSRequest(method=method, url=url, data=body, headers=dict(headers))
-        frozen = self._credentials.get_frozen_credentials()
-        SigV4Auth(frozen, self._service, self.region).add_auth(request)
-        return {k: str(v) for k, v in request.headers.items()}
 
 
 def fetch_google_id_token(audience: str) -> str:
