@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from corral.bootstrap import BootstrapSettings, render_bootstrap
 from corral.bootstrap.render import EC2_USER_DATA_LIMIT
+from tests.bootstrap_runner import run_bootstrap
 
 
 def _settings(**kw: object) -> BootstrapSettings:
@@ -29,20 +29,9 @@ def _settings(**kw: object) -> BootstrapSettings:
 
 
 def _run(script: str, root: Path) -> subprocess.CompletedProcess[str]:
-    path = root / "user-data.sh"
-    path.write_text(script)
-    bin_dir = root / "bin"  # a preinstalled agent, as the machine image would have
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "corral-agent").write_text("#!/bin/sh\nexit 0\n")
-    (bin_dir / "corral-agent").chmod(0o755)
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "CORRAL_BOOTSTRAP_ROOT": str(root),
-        "CORRAL_BOOTSTRAP_DRY_RUN": "1",
-    }
-    return subprocess.run(
-        ["bash", str(path)], capture_output=True, text=True, env=env, timeout=10, check=False
+    done = run_bootstrap(script, root, timeout_s=10)
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )
 
 

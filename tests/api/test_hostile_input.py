@@ -10,7 +10,6 @@ script carries them without letting any of them run.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from corral.api.http_events import MAX_BODY_BYTES, MAX_JSON_DEPTH, http_event
 from corral.bootstrap.render import BootstrapSettings, UnsafeValue, launch_script, render_bootstrap
 from corral.domain.config.hyperparameters import MAX_GRID_TRIALS
 from corral.domain.errors import LaunchError
+from tests.bootstrap_runner import run_bootstrap
 from tests.services.harness import Cluster
 
 from .conftest import ApiClient, snapshot
@@ -214,25 +214,6 @@ def test_hostile_strings_are_stored_and_assigned_literally(
     assert not (tmp_path / "canary").exists()
 
 
-def _run_bootstrap(script: str, root: Path) -> subprocess.CompletedProcess[bytes]:
-    path = root / "user-data.sh"
-    path.write_bytes(script.encode())
-    bin_dir = root / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "corral-agent").write_text("#!/bin/sh\nexit 0\n")
-    (bin_dir / "corral-agent").chmod(0o755)
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "CORRAL_BOOTSTRAP_ROOT": str(root),
-        "CORRAL_BOOTSTRAP_DRY_RUN": "1",
-    }
-    # Bytes, not text: text mode would turn a "\r" in a value into "\n".
-    return subprocess.run(
-        ["bash", str(path)], capture_output=True, env=env, timeout=20, check=False
-    )
-
-
 @pytest.mark.parametrize("index", range(len(HOSTILE)))
 def test_the_bootstrap_carries_hostile_values_literally(tmp_path: Path, index: int) -> None:
     canary = tmp_path / "canary"
@@ -257,7 +238,7 @@ def test_the_bootstrap_carries_hostile_values_literally(tmp_path: Path, index: i
     )
     assert syntax.returncode == 0, syntax.stderr
 
-    done = _run_bootstrap(script, tmp_path)
+    done = run_bootstrap(script, tmp_path)
     assert done.returncode == 0, done.stderr
     stdout = done.stdout.decode()
     assert "startup-ran" in stdout
@@ -276,7 +257,7 @@ def test_a_newline_in_the_pool_name_stays_in_the_comment(tmp_path: Path) -> None
     script = render_bootstrap(
         BootstrapSettings(api_url="https://a", auth="aws", pool=f"gpu\ntouch {canary}\n#")
     )
-    assert _run_bootstrap(script, tmp_path).returncode == 0
+    assert run_bootstrap(script, tmp_path).returncode == 0
     assert not canary.exists()
 
 

@@ -11,20 +11,17 @@ visibility timeout, hand out a receipt), ``delete`` (acknowledge by receipt) and
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from unittest import mock
-
-import pytest
 
 from corral.adapters.memory import FakeClock, InMemoryQueue
 from corral.adapters.memory.queue import MAX_DELAY_S, MAX_MESSAGE_BYTES
 from corral.local.template import parse_template
 from corral.ports.queue import Message, Queue, QueueName
+from tests.moto_sqs import sqs_on_a_fake_clock
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "infra" / "template.yaml"
 TEMPLATE_QUEUES = {
@@ -106,35 +103,16 @@ def memory_queue_as_pubsub() -> Iterator[QueueHarness]:
 
 # ---- SQS on moto ------------------------------------------------------------------------------
 
-MOTO_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-
 
 @contextmanager
 def sqs_on_moto() -> Iterator[QueueHarness]:
     """SqsQueue against moto in-process, one queue per template queue (FIFO where the
     template says so, with its visibility timeout); moto's SQS clock is a FakeClock."""
-    try:
-        import boto3
-        from moto import mock_aws
-    except ImportError:  # pragma: no cover - the dev extra installs both
-        pytest.skip("boto3/moto not installed")
     from corral.adapters.aws.sqs_queue import MAX_DELAY_S as SQS_MAX_DELAY
     from corral.adapters.aws.sqs_queue import SqsQueue, parse_sqs_body
 
     clock = FakeClock()
-    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"} | MOTO_ENV
-    with (
-        mock.patch.dict(os.environ, env, clear=True),
-        mock_aws(),
-        mock.patch("moto.sqs.models.unix_time", lambda dt=None: clock.now()),
-        mock.patch("moto.sqs.models.unix_time_millis", lambda dt=None: clock.now() * 1000.0),
-    ):
-        sqs: Any = boto3.client("sqs", region_name="us-east-1")
+    with sqs_on_a_fake_clock(clock) as sqs:
         urls: dict[QueueName, str] = {}
         for name, props in template_queues().items():
             attributes = {"VisibilityTimeout": str(props["VisibilityTimeout"])}

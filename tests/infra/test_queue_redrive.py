@@ -11,26 +11,19 @@ The queues are the template's, on moto with its clock replaced (nothing sleeps).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 
 from corral.adapters.aws.sqs_queue import MAX_DELAY_S
 from corral.adapters.memory import FakeClock
 from corral.local.template import parse_template
+from tests.moto_sqs import sqs_on_a_fake_clock
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "infra" / "template.yaml"
 CONSUMED = ("ScheduleQueue", "ScaleUpQueue", "InterruptionsQueue")
 POLL_LAG_S = 20.0  # Lambda long-polls: a visible message is taken within ~20 s
-MOTO_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 def _queues() -> dict[str, dict[str, Any]]:
@@ -62,18 +55,8 @@ def test_retention_is_twice_the_redrive_path(queue: str) -> None:
 def _poison_until_dead_lettered(props: dict[str, Any]) -> float | None:
     """Send one message and fail every delivery of it; the time it reached the DLQ, or None
     when it expired first (SQS drops expired messages; moto would still move them)."""
-    import boto3
-    from moto import mock_aws
-
     clock = FakeClock()
-    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"} | MOTO_ENV
-    with (
-        mock.patch.dict(os.environ, env, clear=True),
-        mock_aws(),
-        mock.patch("moto.sqs.models.unix_time", lambda dt=None: clock.now()),
-        mock.patch("moto.sqs.models.unix_time_millis", lambda dt=None: clock.now() * 1000.0),
-    ):
-        sqs: Any = boto3.client("sqs", region_name="us-east-1")
+    with sqs_on_a_fake_clock(clock) as sqs:
         fifo = bool(props.get("FifoQueue"))
         suffix, extra = (".fifo", {"FifoQueue": "true"}) if fifo else ("", {})
         dlq_url = sqs.create_queue(QueueName="dlq" + suffix, Attributes=extra)["QueueUrl"]

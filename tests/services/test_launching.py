@@ -38,9 +38,8 @@ def test_a_duplicated_scale_up_message_launches_one_instance() -> None:
     assert len(cluster.cloud.all_instances()) == 1
 
 
-def test_a_crash_after_the_cloud_call_leaves_an_instance_reconcile_adopts() -> None:
-    cluster = Cluster()
-    record_id = plan_one(cluster)
+def crash_after_the_cloud_call(cluster: Cluster, record_id: str) -> None:
+    """Launch ``record_id``, dying between the cloud call and the write that records it."""
 
     class Crash(Exception):
         pass
@@ -58,6 +57,12 @@ def test_a_crash_after_the_cloud_call_leaves_an_instance_reconcile_adopts() -> N
     with contextlib.suppress(Crash):
         launch_instance(cluster.ctx, record_id, 0)
     cluster.store.commit = real_commit  # type: ignore[method-assign]
+
+
+def test_a_crash_after_the_cloud_call_leaves_an_instance_reconcile_adopts() -> None:
+    cluster = Cluster()
+    record_id = plan_one(cluster)
+    crash_after_the_cloud_call(cluster, record_id)
     stuck = cluster.store.get_instance(record_id)
     assert stuck is not None and stuck.state is InstanceState.REQUESTED and stuck.cloud_id is None
     (orphan,) = cluster.cloud.all_instances()

@@ -3,8 +3,6 @@ instance the cloud lists for that record may claim it."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
 from corral.domain.errors import Forbidden, RetryLater
@@ -12,32 +10,15 @@ from corral.domain.instance import InstanceState
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.protocol.agent import GpuInfo, Identity, IdentityKind, RegisterRequest
 from corral.services import agents as agent_service
-from corral.services.scale_up import launch_instance
 
 from .harness import Cluster
-from .test_launching import plan_one
+from .test_launching import crash_after_the_cloud_call, plan_one
 
 
 def crashed_launch(cluster: Cluster) -> tuple[str, str]:
     """A REQUESTED record with no cloud id, and the tagged instance its launch made."""
     record_id = plan_one(cluster)
-
-    class Crash(Exception):
-        pass
-
-    real_commit = cluster.store.commit
-    calls = {"n": 0}
-
-    def crash_on_second_commit(records):  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise Crash
-        return real_commit(records)
-
-    cluster.store.commit = crash_on_second_commit  # type: ignore[method-assign]
-    with contextlib.suppress(Crash):
-        launch_instance(cluster.ctx, record_id, 0)
-    cluster.store.commit = real_commit  # type: ignore[method-assign]
+    crash_after_the_cloud_call(cluster, record_id)
     (made,) = cluster.cloud.all_instances()
     return record_id, made.cloud_id
 
