@@ -6,16 +6,8 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from corral.ports.commands import (
-    Command,
-    IdleReap,
-    LaunchInstance,
-    MalformedCommand,
-    Reconcile,
-    Schedule,
-    UnknownCommand,
-    parse,
-)
+from corral.ports import commands as cmd
+from corral.ports.commands import MalformedCommand, UnknownCommand
 from corral.ports.queue import Message
 from corral.services.idle_reap import run_idle_reap
 from corral.services.reconcile import run_reconcile
@@ -26,22 +18,24 @@ from corral.services.shared.service_context import Context
 UnknownMessage = UnknownCommand  # this module's name for it before corral.ports.commands
 
 
-def dispatch(ctx: Context, message: Message | Command) -> str:
+def dispatch(ctx: Context, message: Message | cmd.Command) -> str:
     """Run the service a message (or an already parsed command) asks for; returns a short
     outcome for logs (the ``LaunchOutcome`` value for ``LaunchInstance``)."""
-    command = parse(message) if isinstance(message, Message) else message
-    if isinstance(command, Schedule):
-        report = run_schedule_pass(ctx)
-        return f"assigned={len(report.assigned)} launched={len(report.launched)}"
-    if isinstance(command, LaunchInstance):
-        return launch_instance(ctx, command.instance_id, command.attempt).value
-    if isinstance(command, Reconcile):
-        reconciled = run_reconcile(ctx)
-        return f"applied={len(reconciled.applied)} conflicts={reconciled.conflicts}"
-    if isinstance(command, IdleReap):
-        reaped = run_idle_reap(ctx)
-        return f"drained={len(reaped.drained)} terminated={len(reaped.terminated)}"
-    assert_never(command)
+    command = cmd.parse(message) if isinstance(message, Message) else message
+    match command:
+        case cmd.Schedule():
+            report = run_schedule_pass(ctx)
+            return f"assigned={len(report.assigned)} launched={len(report.launched)}"
+        case cmd.LaunchInstance():
+            return launch_instance(ctx, command.instance_id, command.attempt).value
+        case cmd.Reconcile():
+            reconciled = run_reconcile(ctx)
+            return f"applied={len(reconciled.applied)} conflicts={reconciled.conflicts}"
+        case cmd.IdleReap():
+            reaped = run_idle_reap(ctx)
+            return f"drained={len(reaped.drained)} terminated={len(reaped.terminated)}"
+        case _:
+            assert_never(command)
 
 
 __all__ = ["MalformedCommand", "UnknownCommand", "UnknownMessage", "dispatch"]
