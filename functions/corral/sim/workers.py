@@ -131,9 +131,11 @@ class Workers:
             agent.cloud_id,
             HeartbeatRequest(trials=statuses, interruption_notice=notice),
         )
+        peers: dict[str, None] = {}
         for trial_id in reply.stop:
             job = self.jobs.get(trial_id)
             if job is not None and agent.cloud_id in job.agents:
+                peers.update(dict.fromkeys(c for c in job.agents if c != agent.cloud_id))
                 self._stop_run(job, now, checkpoint)
             agent.running.discard(trial_id)
             # The real agent reports a run's end the moment it stops (it does not wait for
@@ -148,6 +150,14 @@ class Workers:
         for trial_id in started:
             status = TrialStatus(trial_id=trial_id, state=AgentTrialState.RUNNING)
             agent_service.report_trial_status(self.ctx, agent.agent_id, agent.cloud_id, status)
+        # The other ranks of a stopped gang stop with it (torch.distributed ends every rank
+        # when one leaves) and their agents say so in their next heartbeat, seconds later.
+        # Without it the trial stayed PREEMPTED on their GPUs until some unrelated event
+        # made them heartbeat, and the planner held idle agents for it meanwhile.
+        for cloud_id in peers:
+            peer = self.agents.get(cloud_id)
+            if peer is not None:
+                self.heartbeat(peer)
 
     def kill(self, cloud_id: str, now: float) -> None:
         """The instance is gone: its runs end with what they had checkpointed."""
