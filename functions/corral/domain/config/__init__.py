@@ -1,7 +1,14 @@
 """Configuration models: cluster (resource pools), experiments and commands.
 
 Public API: import from ``corral.domain.config``; the submodules are an implementation detail.
+
+The experiment and hyperparameter models load on first use (``__getattr__``): a Lambda
+function that only reads the cluster config never builds their pydantic validators
+(docs/benchmarks.md, "Handler cold start").
 """
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from corral.domain.config.aws import AwsNetworkInterface, AwsProvider, AwsTag
 from corral.domain.config.cluster import ClusterConfig, Provider, ResourcePool
@@ -18,37 +25,12 @@ from corral.domain.config.durations import (
     parse_duration,
 )
 from corral.domain.config.errors import ConfigError, Problem
-from corral.domain.config.experiment import (
-    DEFAULT_PRIORITY,
-    BindMount,
-    CheckpointStorage,
-    CommandConfig,
-    Environment,
-    ExperimentConfig,
-    GcsStorage,
-    Resources,
-    S3Storage,
-    SharedFsStorage,
-    command_job,
-    expand_trials,
-)
 from corral.domain.config.gcp import (
     GcpInstanceType,
     GcpNetworkInterface,
     GcpProvider,
     GcpServiceAccount,
     GpuType,
-)
-from corral.domain.config.hyperparameters import (
-    MAX_GRID_TRIALS,
-    MAX_TRIALS,
-    CategoricalHP,
-    ConstHP,
-    DoubleHP,
-    Hyperparameter,
-    IntHP,
-    LogHP,
-    SearcherConfig,
 )
 from corral.domain.config.loader import (
     LoadedConfig,
@@ -60,6 +42,77 @@ from corral.domain.config.loader import (
     read_source,
     validate,
 )
+
+if TYPE_CHECKING:
+    from corral.domain.config.experiment import (
+        DEFAULT_PRIORITY,
+        BindMount,
+        CheckpointStorage,
+        CommandConfig,
+        Environment,
+        ExperimentConfig,
+        GcsStorage,
+        Resources,
+        S3Storage,
+        SharedFsStorage,
+        command_job,
+        expand_trials,
+    )
+    from corral.domain.config.hyperparameters import (
+        MAX_GRID_TRIALS,
+        MAX_TRIALS,
+        CategoricalHP,
+        ConstHP,
+        DoubleHP,
+        Hyperparameter,
+        IntHP,
+        LogHP,
+        SearcherConfig,
+    )
+
+_LAZY = {
+    **dict.fromkeys(
+        [
+            "DEFAULT_PRIORITY",
+            "BindMount",
+            "CheckpointStorage",
+            "CommandConfig",
+            "Environment",
+            "ExperimentConfig",
+            "GcsStorage",
+            "Resources",
+            "S3Storage",
+            "SharedFsStorage",
+            "command_job",
+            "expand_trials",
+        ],
+        "corral.domain.config.experiment",
+    ),
+    **dict.fromkeys(
+        [
+            "MAX_GRID_TRIALS",
+            "MAX_TRIALS",
+            "CategoricalHP",
+            "ConstHP",
+            "DoubleHP",
+            "Hyperparameter",
+            "IntHP",
+            "LogHP",
+            "SearcherConfig",
+        ],
+        "corral.domain.config.hyperparameters",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
 
 __all__ = [
     "DEFAULT_PRIORITY",

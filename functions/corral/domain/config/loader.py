@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -17,8 +17,10 @@ from pydantic import BaseModel, ValidationError
 from corral.domain.config.cluster import ClusterConfig
 from corral.domain.config.deployment import DeploymentDefaults
 from corral.domain.config.errors import ConfigError, Problem, problems_from_validation_error
-from corral.domain.config.experiment import CommandConfig, ExperimentConfig
 from corral.domain.config.legacy import normalize_cluster, problems_at_original_paths
+
+if TYPE_CHECKING:  # loaded on first use: the Lambda functions read only cluster configs
+    from corral.domain.config.experiment import CommandConfig, ExperimentConfig
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -160,8 +162,12 @@ def load_cluster_config(
 
 
 def load_experiment_config(source: str | Path) -> ExperimentConfig:
+    from corral.domain.config.experiment import ExperimentConfig
+
     return validate(ExperimentConfig, parse_yaml(read_source(source)))
 
 
 def load_command_config(source: str | Path) -> CommandConfig:
+    from corral.domain.config.experiment import CommandConfig
+
     return validate(CommandConfig, parse_yaml(read_source(source)))

@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from corral.api.app import build_resolver
 from corral.api.auth import authenticator_from_env
+from corral.handlers.aws.cold_start import settles_after
 from corral.handlers.aws.observability import count, make_logger, make_metrics
 from corral.services.shared.service_context import Context
 
@@ -42,6 +43,7 @@ def resolver() -> APIGatewayHttpResolver:
     return build_resolver(_ctx, authenticator_from_env(os.environ))
 
 
+@settles_after  # outermost: after the logs and metrics of the first event
 @logger.inject_lambda_context(
     correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True
 )

@@ -12,26 +12,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
-    EventType,
-    process_partial_response,
-)
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from corral.adapters.aws.sqs_queue import parse_sqs_body
 from corral.handlers.aws import composition
+from corral.handlers.aws.cold_start import settles_after
 from corral.handlers.aws.metrics import LaunchErrorTap, launch_figures, publish
 from corral.handlers.aws.observability import count, make_logger, make_metrics
+from corral.handlers.aws.sqs_batch import partial_batch_response
 from corral.ports.commands import MalformedCommand, parse
 from corral.services.dispatch import dispatch
 
 logger = make_logger("scale_up")
 metrics = make_metrics("scale_up")
-# Not raising when every record fails: reporting them all has the same effect (all are
-# redelivered) and keeps a bad batch a counted failure rather than a Lambda error.
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
 def record_handler(record: SQSRecord) -> str:
@@ -57,11 +51,12 @@ def record_handler(record: SQSRecord) -> str:
     return outcome
 
 
+@settles_after  # outermost: after the logs and metrics of the first event
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    response = process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
+    # Not raising when every record fails: reporting them all has the same effect (all are
+    # redelivered) and keeps a bad batch a counted failure rather than a Lambda error.
+    response = partial_batch_response(event, record_handler)
     count(metrics, {"RecordsFailed": len(response.get("batchItemFailures", []))})
     return dict(response)

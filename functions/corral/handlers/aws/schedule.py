@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from corral.adapters.aws.sqs_queue import parse_sqs_body
 from corral.handlers.aws import composition
+from corral.handlers.aws.cold_start import settles_after
 from corral.handlers.aws.metrics import Stopwatch, fleet_gauges, publish, schedule_figures
 from corral.handlers.aws.observability import is_sqs_batch, make_logger, make_metrics
 from corral.ports.commands import Schedule, parse
@@ -23,6 +24,7 @@ logger = make_logger("schedule")
 metrics = make_metrics("schedule")
 
 
+@settles_after  # outermost: after the logs and metrics of the first event
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

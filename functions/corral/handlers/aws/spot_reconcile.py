@@ -16,11 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
-    EventType,
-    process_partial_response,
-)
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -33,14 +28,15 @@ from corral.adapters.aws.events import (
     parse_event,
 )
 from corral.handlers.aws import composition
+from corral.handlers.aws.cold_start import settles_after
 from corral.handlers.aws.metrics import publish, reconcile_figures
 from corral.handlers.aws.observability import count, is_sqs_batch, make_logger, make_metrics
+from corral.handlers.aws.sqs_batch import partial_batch_response
 from corral.services.interruptions import NoticeKind, on_cloud_state, on_interruption_notice
 from corral.services.reconcile import run_reconcile
 
 logger = make_logger("spot_reconcile")
 metrics = make_metrics("spot_reconcile")
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 _LOGGED_BODY_CHARS = 4096  # EC2 events are well under 1 KB; enough to see what came
 
 
@@ -104,13 +100,14 @@ def _reconcile(event: dict[str, Any]) -> dict[str, Any]:
     return {"applied": report.applied, "conflicts": report.conflicts}
 
 
+@settles_after  # outermost: after the logs and metrics of the first event
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if not is_sqs_batch(event):
         return _reconcile(event)
-    response = process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
+    # Not raising when every record fails: reporting them all has the same effect (all are
+    # redelivered) and keeps a bad batch a counted failure rather than a Lambda error.
+    response = partial_batch_response(event, record_handler)
     count(metrics, {"RecordsFailed": len(response.get("batchItemFailures", []))})
     return dict(response)

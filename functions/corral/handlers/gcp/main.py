@@ -16,7 +16,9 @@ for the log-based metrics of docs/gcp.md.
 
 Cold start: functions-framework and Flask are already loaded by the runtime; Powertools'
 resolver loads with the first API request, the Google clients with the first call that
-needs them (``composition``), so ``/healthz`` never waits for Firestore.
+needs them (``composition``), so ``/healthz`` never waits for Firestore. Garbage collection is
+deferred until a function's first event, then the start is frozen (``corral.handlers.aws.
+cold_start``, the same as the Lambda functions).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 import flask
 import functions_framework
 
+from corral.handlers.aws.cold_start import settles_after
 from corral.handlers.gcp import composition
 from corral.services.shared.service_context import Context
 
@@ -58,6 +61,7 @@ def resolver() -> Any:
 
 
 @functions_framework.http
+@settles_after
 def api(request: flask.Request) -> flask.Response:
     """Flask request -> API Gateway HTTP API v2 event -> the resolver -> Flask response."""
     from corral.api.http_events import http_event, http_reply
@@ -94,6 +98,7 @@ def _payload(cloud_event: Any) -> dict[str, Any]:
 
 
 @functions_framework.cloud_event
+@settles_after
 def schedule(cloud_event: Any) -> None:
     """Schedule topic: commands and the one-minute Cloud Scheduler tick. Every message
     means "something changed: run a pass", so any delivery runs exactly one pass."""
@@ -122,6 +127,7 @@ def schedule(cloud_event: Any) -> None:
 
 
 @functions_framework.cloud_event
+@settles_after
 def scale_up(cloud_event: Any) -> None:
     """Scale-up topic: one ``launch_instance`` per message (idempotent per record)."""
     from corral.adapters.gcp.pubsub_queue import check_due, parse_delivery
@@ -148,6 +154,7 @@ def scale_up(cloud_event: Any) -> None:
 
 
 @functions_framework.cloud_event
+@settles_after
 def idle_reap(cloud_event: Any) -> None:
     """Cloud Scheduler tick (through its topic): drain and delete agents idle too long."""
     from corral.handlers.aws.metrics import log_line, reap_figures
@@ -164,6 +171,7 @@ def idle_reap(cloud_event: Any) -> None:
 
 
 @functions_framework.cloud_event
+@settles_after
 def spot_reconcile(cloud_event: Any) -> None:
     """Interruptions topic: a preemption log entry (drain, requeue, replace) or the
     scheduler's tick (one reconcile pass: cloud truth against stored truth)."""
