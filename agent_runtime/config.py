@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from corral.domain.config.task_defaults import parse_port_range
+from corral.protocol.port_ranges import parse_port_range
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,11 @@ def _violations(folder: Path, forbidden: tuple[str, ...]) -> list[str]:
         (CORRAL / "domain", ("corral.services", "corral.adapters", "corral.api")),
         (CORRAL / "services", ("corral.api",)),
         (CORRAL / "protocol", ("corral",)),
-        (ROOT / "agent_runtime", ("corral.services", "corral.api", "corral.adapters")),
+        # The agent shares only the wire protocol with the control plane.
+        (
+            ROOT / "agent_runtime",
+            ("corral.services", "corral.api", "corral.adapters", "corral.domain"),
+        ),
     ],
     ids=["domain", "services", "protocol", "agent_runtime"],
 )

@@ -107,17 +107,18 @@ def list_experiments(ctx: Context, limit: int, owner: str | None = None) -> Expe
     if owner is None:
         found = ctx.store.experiments(limit=limit)
         return ExperimentList(experiments=[experiment_view(ctx, e) for e in found])
-    window = limit
-    while True:
-        window = min(window * 4, MAX_OWNER_SCAN)
+    # A small window first (a user listing their recent work), then, if that is short, the
+    # whole scan at once: at most two reads, never the same rows re-read four times.
+    for window in dict.fromkeys((min(limit * 4, MAX_OWNER_SCAN), MAX_OWNER_SCAN)):
         batch = ctx.store.experiments(limit=window)
         mine = [e for e in batch if e.owner == owner][:limit]
         exhausted = len(batch) < window
-        if len(mine) == limit or exhausted or window == MAX_OWNER_SCAN:
-            return ExperimentList(
-                experiments=[experiment_view(ctx, e) for e in mine],
-                truncated=len(mine) < limit and not exhausted,
-            )
+        if len(mine) == limit or exhausted:
+            break
+    return ExperimentList(
+        experiments=[experiment_view(ctx, e) for e in mine],
+        truncated=len(mine) < limit and not exhausted,
+    )
 
 
 def experiment_trials(

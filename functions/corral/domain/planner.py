@@ -263,7 +263,7 @@ def plan_pool(
     """Plan one pool. ``instances`` are the pool's records; terminal ones are ignored."""
     live = [i for i in instances if i.is_live and i.pool == pool.name]
     starting = {i.id: i for i in live if i.is_starting}
-    waiting = {t.id for t in unplaced}
+    by_id = {t.id: t for t in unplaced}
     reasons: dict[str, str] = {}
 
     # 1. Trials covered by an instance launched for them.
@@ -271,10 +271,9 @@ def plan_pool(
     claimed: Counter[str] = Counter()
     launched_for: dict[str, list[tuple[Instance, int]]] = {}
     unserved: set[str] = set()
-    by_id = {t.id: t for t in unplaced}
     for inst in starting.values():
         for trial_id, gpus in inst.planned_for:
-            if trial_id in waiting:
+            if trial_id in by_id:
                 claimed[inst.id] += gpus
                 if trial_id not in unserved:
                     reasons[trial_id] = _starting_reason(inst, blocked)

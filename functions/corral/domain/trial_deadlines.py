@@ -61,7 +61,8 @@ def overdue_trials(
     ``heartbeats`` holds the latest heartbeat per instance record id."""
     out: list[Overdue] = []
     for trial in trials:
-        since = trial.entered_at(trial.state) or trial.submitted_at
+        entered = trial.entered_at(trial.state)
+        since = trial.submitted_at if entered is None else entered  # 0.0 is a real time
         age = now - since
         if trial.state is TrialState.ASSIGNED:
             if age > deadlines.start_s:

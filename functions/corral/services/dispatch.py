@@ -7,15 +7,12 @@ from __future__ import annotations
 from typing import assert_never
 
 from corral.ports import commands as cmd
-from corral.ports.commands import MalformedCommand, UnknownCommand
 from corral.ports.queue import Message
 from corral.services.idle_reap import run_idle_reap
 from corral.services.reconcile import run_reconcile
 from corral.services.scale_up import launch_instance
 from corral.services.schedule_pass import run_schedule_pass
 from corral.services.shared.service_context import Context
-
-UnknownMessage = UnknownCommand  # this module's name for it before corral.ports.commands
 
 
 def dispatch(ctx: Context, message: Message | cmd.Command) -> str:
@@ -38,4 +35,4 @@ def dispatch(ctx: Context, message: Message | cmd.Command) -> str:
             assert_never(command)
 
 
-__all__ = ["MalformedCommand", "UnknownCommand", "UnknownMessage", "dispatch"]
+__all__ = ["dispatch"]

@@ -61,3 +61,10 @@ def test_other_states_have_no_deadline_here() -> None:
     trial = _assigned(100, "a").transition(TrialState.RUNNING, 110, "started")
     pending = new_trial("t2", "e1", "gpu", 1, 0.0)
     assert overdue_trials([trial, pending], {}, 10_000, D) == []
+
+
+def test_an_assignment_at_time_zero_is_timed_from_it_not_from_the_submission() -> None:
+    # 0.0 is a real time (a fake clock's start): the deadline counts from it, not from an
+    # earlier submission.
+    trial = new_trial("t1", "e1", "gpu", 1, -500.0).assigned(Placement((("a", (0,)),)), 0.0)
+    assert overdue_trials([trial], {"a": _beat("a", 95)}, 100, D) == []

@@ -28,14 +28,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+# The fake behaves as SQS does: its encoding and limits are SqsQueue's own (standard library
+# only; importing them costs no boto3).
+from corral.adapters.aws.sqs_queue import MAX_DELAY_S, MAX_MESSAGE_BYTES, encode_body
 from corral.ports.clock import Clock
 from corral.ports.queue import Message, QueueName
 
 DEDUPE_WINDOW_S = 300.0  # SQS FIFO's deduplication interval
 # The template's FIFO queues (infra/template.yaml); every other queue is standard.
 FIFO_QUEUES: frozenset[QueueName] = frozenset({QueueName.SCHEDULE})
-MAX_MESSAGE_BYTES = 256 * 1024  # SQS's message size limit (the encoded body)
-MAX_DELAY_S = 900.0  # SQS DelaySeconds maximum (SqsQueue caps longer delays to it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ class InMemoryQueue:
             raise ValueError(
                 f"{message.kind}: the FIFO queue {queue.value!r} cannot delay one message"
             )
-        encoded = json.dumps({"kind": message.kind, "body": message.body}, separators=(",", ":"))
+        encoded = encode_body(message)  # as SqsQueue writes it, so sizes agree
         size = len(encoded.encode())
         if self._max_message_bytes is not None and size > self._max_message_bytes:
             raise ValueError(

@@ -12,30 +12,15 @@ and ``NCCL_PORT_RANGE``. Unset means any port, as in Determined.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from corral.domain.config.errors import field_error
+from corral.protocol.port_ranges import parse_port_range
 
-PORT_MIN = 1024  # below this needs root: trial processes need not run as root
-PORT_MAX = 65535
-_RANGE = re.compile(r"^\s*(\d{1,5})\s*[:-]\s*(\d{1,5})\s*$")
 # The keys Corral reads; Determined's others are ignored on import.
 PORT_RANGE_KEYS = ("gloo_port_range", "nccl_port_range")
-
-
-def parse_port_range(value: str) -> tuple[int, int]:
-    """``"LOW:HIGH"`` (Determined's spelling) or ``"LOW-HIGH"`` -> (low, high); ValueError
-    saying what is wrong otherwise. Stdlib only: the agent checks its config with it too."""
-    match = _RANGE.match(value)
-    if not match:
-        raise ValueError(f"must be a port range LOW:HIGH (or LOW-HIGH), got {value!r}")
-    low, high = int(match.group(1)), int(match.group(2))
-    if not PORT_MIN <= low <= high <= PORT_MAX:
-        raise ValueError(f"must satisfy {PORT_MIN} <= LOW <= HIGH <= {PORT_MAX}, got {low}:{high}")
-    return low, high
 
 
 def _port_range(value: object) -> object:

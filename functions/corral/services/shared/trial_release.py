@@ -85,6 +85,4 @@ def finish_preemption(
     trial: Trial, instances: Mapping[str, Instance], now: float, reason: str
 ) -> tuple[Trial, list[Instance]]:
     """A PREEMPTED trial's last agents stopped it (or are gone): PENDING, GPUs freed."""
-    settled = settle_trial_cost(trial, dict(instances), now)
-    freed = free_gpus(trial, instances, now, reason)
-    return settled.transition(TrialState.PENDING, now, f"requeued to resume: {reason}"), freed
+    return move_off_gpus(trial, TrialState.PENDING, instances, now, f"requeued to resume: {reason}")
