@@ -14,14 +14,8 @@ import requests
 from pydantic import BaseModel
 
 from agent_runtime.clock import Clock, Sleeper
-from corral.protocol.agent import (
-    HeartbeatRequest,
-    HeartbeatResponse,
-    LogBatch,
-    RegisterRequest,
-    RegisterResponse,
-    TrialStatus,
-)
+from corral.protocol import agent as wire
+from corral.protocol import agent_paths as paths
 
 log = logging.getLogger(__name__)
 
@@ -125,18 +119,21 @@ class ControlPlaneClient:
             self._http.proxies.update(proxies)
 
     # --- endpoints -----------------------------------------------------------------------
-    def register(self, request: RegisterRequest) -> RegisterResponse:
-        return self._post("/agents/register", request, RegisterResponse, self._attempts + 1)
+    def register(self, request: wire.RegisterRequest) -> wire.RegisterResponse:
+        return self._post(paths.REGISTER, request, wire.RegisterResponse, self._attempts + 1)
 
-    def heartbeat(self, agent_id: str, request: HeartbeatRequest) -> HeartbeatResponse:
+    def heartbeat(self, agent_id: str, request: wire.HeartbeatRequest) -> wire.HeartbeatResponse:
         # One attempt: the main loop is the retry, so notices and trials keep being watched.
-        return self._post(f"/agents/{agent_id}/heartbeat", request, HeartbeatResponse, 1)
+        path = paths.HEARTBEAT.format(agent_id=agent_id)
+        return self._post(path, request, wire.HeartbeatResponse, 1)
 
-    def trial_status(self, agent_id: str, status: TrialStatus) -> None:
-        self._post_raw(f"/agents/{agent_id}/trials/{status.trial_id}/status", status, 1)
+    def trial_status(self, agent_id: str, status: wire.TrialStatus) -> None:
+        path = paths.TRIAL_STATUS.format(agent_id=agent_id, trial_id=status.trial_id)
+        self._post_raw(path, status, 1)
 
-    def logs(self, agent_id: str, trial_id: str, batch: LogBatch) -> int:
-        reply = self._post_raw(f"/agents/{agent_id}/trials/{trial_id}/logs", batch, 1)
+    def logs(self, agent_id: str, trial_id: str, batch: wire.LogBatch) -> int:
+        path = paths.TRIAL_LOGS.format(agent_id=agent_id, trial_id=trial_id)
+        reply = self._post_raw(path, batch, 1)
         return int(reply.get("accepted", len(batch.lines))) if isinstance(reply, dict) else 0
 
     def backoff(self, failures: int) -> float:

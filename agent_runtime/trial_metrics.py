@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 from collections import deque
 from collections.abc import Callable, Collection
@@ -30,15 +29,22 @@ from pathlib import Path
 
 from agent_runtime.clock import Clock
 from corral.protocol.agent import MetricPointIn, TrialMetrics
+from corral.protocol.metrics import (
+    KINDS,
+    MAX_NAME_LENGTH,
+    finite_value,
+    is_number,
+    metric_kind,
+    valid_name,
+    whole_batches,
+)
 
 log = logging.getLogger(__name__)
 
 METRICS_DIR = "metrics"
-KINDS = ("training", "validation")
 MAX_PENDING = 2_000  # unsent points per file; the rest waits in the file
 MAX_LINE = 65_536  # bytes; a longer line is malformed
 READ_CHUNK = 1 << 20
-MAX_NAME = 64
 SHOWN_PROBLEMS = 10  # malformed lines named in the trial's log per run
 
 Problem = Callable[[str, str], None]  # (trial_id, message) -> a line in the trial's log
@@ -67,32 +73,29 @@ def parse_line(raw: bytes, seq: int, at: float) -> MetricPointIn | None:
         raise Malformed("not JSON") from None
     if not isinstance(data, dict):
         raise Malformed("not a JSON object")
-    kind = data.get("kind")
-    if kind not in KINDS:
-        raise Malformed(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    batches = data.get("batches")
-    if isinstance(batches, float) and batches.is_integer():
-        batches = int(batches)
-    if not isinstance(batches, int) or isinstance(batches, bool) or batches < 0:
-        raise Malformed(f"batches must be a whole number >= 0, got {batches!r}")
+    kind = metric_kind(data.get("kind"))
+    if kind is None:
+        raise Malformed(f"kind must be one of {', '.join(KINDS)}, got {data.get('kind')!r}")
+    batches = whole_batches(data.get("batches"))
+    if batches is None:
+        raise Malformed(f"batches must be a whole number >= 0, got {data.get('batches')!r}")
     values = data.get("values")
     if not isinstance(values, dict) or not values:
         raise Malformed("values must be a non-empty object of numbers")
     kept: dict[str, float] = {}
     for name, value in values.items():
-        if not (0 < len(name) <= MAX_NAME and name.isprintable()):
-            raise Malformed(f"bad value name {name[:80]!r} (1 to {MAX_NAME} printable chars)")
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not valid_name(name):
+            raise Malformed(
+                f"bad value name {name[:80]!r} (1 to {MAX_NAME_LENGTH} printable chars)"
+            )
+        if not is_number(value):
             raise Malformed(f"values.{name} must be a number, got {value!r}")
-        try:
-            number = float(value)
-        except OverflowError:  # an integer beyond any float
-            continue
-        if math.isfinite(number):
+        number = finite_value(value)
+        if number is not None:
             kept[name] = number
     if not kept:
         raise Malformed("no finite value (NaN and inf are left out)")
-    return MetricPointIn(seq=seq, kind=kind, batches=batches, values=kept, at=at)
+    return MetricPointIn(seq=seq, kind=kind.value, batches=batches, values=kept, at=at)
 
 
 @dataclass

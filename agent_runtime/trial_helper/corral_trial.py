@@ -24,6 +24,8 @@ import os
 import sys
 
 METRICS_FILE_ENV = "CORRAL_METRICS_FILE"
+# A copy of the rules in corral.protocol.metrics (this file runs where Corral is not
+# installed); tests/agent/test_metric_rules.py checks the two agree.
 KINDS = ("training", "validation")
 MAX_NAME = 64
 
@@ -34,22 +36,30 @@ def _enabled():
     return bool(os.environ.get(METRICS_FILE_ENV)) and os.environ.get("RANK", "0") in ("", "0")
 
 
+def valid_name(name):
+    """1 to ``MAX_NAME`` printable characters: the agent drops a line with another name."""
+    return 0 < len(name) <= MAX_NAME and name.isprintable()
+
+
 def report(kind, batches, **values):
     """Append one point: ``kind`` is "training" or "validation", ``batches`` how many batches
     the model has trained on, ``values`` numbers by name. NaN and inf values are left out
-    (with one warning per name on stderr). Returns True if a line was written."""
+    (with one warning per name on stderr), and so are integers too large for a float.
+    Returns True if a line was written."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
         raise ValueError(f"batches must be a whole number >= 0, got {batches!r}")
     kept = {}
     for name, value in values.items():
-        if len(name) > MAX_NAME:
-            raise ValueError(f"metric name {name[:20]!r}... is longer than {MAX_NAME} chars")
+        if not valid_name(name):
+            raise ValueError(f"bad metric name {name[:80]!r} (1 to {MAX_NAME} printable chars)")
         try:
             number = float(value)  # numpy and torch scalars too
         except (TypeError, ValueError):
             raise TypeError(f"{name} must be a number, got {value!r}") from None
+        except OverflowError:  # an integer beyond any float: left out, as the agent does
+            number = math.inf
         if math.isfinite(number):
             kept[name] = number
         elif name not in _warned:

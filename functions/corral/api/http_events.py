@@ -11,8 +11,9 @@ nests (Python's decoder recurses, and the models after it). ``parse_json_body`` 
 resolver's JSON decoder (``json_body_deserializer=`` in ``corral.api.app``): it refuses a body
 over ``MAX_BODY_BYTES`` without reading it and one nested deeper than ``MAX_JSON_DEPTH``
 without parsing it, so every deployment refuses the same bodies, with the limit named (413
-and 400: ``corral.api.errors``). The local stack's server checks the declared size before it
-reads the body at all (``corral.local.http_shim``).
+and 400: ``corral.api.errors``). The servers in front of the handler check the declared size
+(``declared_body_size``) before they read the body at all: the local stack's
+(``corral.local.http_shim``) and ``corral dashboard``'s proxy (``corral.cli.dashboard_proxy``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/java
 MAX_BODY_BYTES = 6 * 1024 * 1024
 # Far deeper than any config (hyperparameter values may be nested mappings) or agent report.
 MAX_JSON_DEPTH = 64
+_MAX_SIZE_DIGITS = 20  # a declared body size longer than this is no size at all
 # A JSON string (skipped whole: brackets inside it do not nest) or one bracket.
 _JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
@@ -51,6 +53,22 @@ def check_body_size(size: int) -> None:
         raise BodyRefused(
             413, f"the request body is {size:,} bytes, over the limit of {MAX_BODY_BYTES:,} bytes"
         )
+
+
+def declared_body_size(header: str | None) -> int:
+    """The body size a ``Content-Length`` header declares (none: 0), checked before a byte of
+    the body is read: 400 naming the header for anything but a byte count (negative, not a
+    number), 413 for a body over ``MAX_BODY_BYTES`` (``BodyRefused``)."""
+    declared = (header or "0").strip()
+    # isdigit alone takes "²" (no number to int()) and other scripts' digits: ASCII only.
+    if not (declared.isascii() and declared.isdigit()):
+        raise BodyRefused(400, f"bad Content-Length {declared[:40]!r}: want a byte count")
+    # More digits than any real size: refused unconverted (int() refuses over 4,300 digits).
+    if len(declared.lstrip("0")) > _MAX_SIZE_DIGITS:
+        raise BodyRefused(413, f"the request body is over the limit of {MAX_BODY_BYTES:,} bytes")
+    size = int(declared)
+    check_body_size(size)
+    return size
 
 
 def check_json_depth(text: str) -> None:

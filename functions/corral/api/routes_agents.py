@@ -14,14 +14,8 @@ from corral.api.deps import Deps
 from corral.api.errors import ApiError
 from corral.api.openapi import errors
 from corral.api.schemas.public import Accepted, FieldError, StatusApplied
-from corral.protocol.agent import (
-    HeartbeatRequest,
-    HeartbeatResponse,
-    LogBatch,
-    RegisterRequest,
-    RegisterResponse,
-    TrialStatus,
-)
+from corral.protocol import agent as wire
+from corral.protocol.agent_paths import HEARTBEAT, REGISTER, TRIAL_LOGS, TRIAL_STATUS, route
 from corral.services import agents
 
 TAG = "agents"
@@ -29,12 +23,12 @@ TAG = "agents"
 
 def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
     @app.post(
-        "/agents/register",
+        route(REGISTER),
         tags=[TAG],
         summary="An agent proves its instance and registers its GPUs",
         responses=errors(404, 409, 422),
     )
-    def register_agent(body: RegisterRequest) -> RegisterResponse:
+    def register_agent(body: wire.RegisterRequest) -> wire.RegisterResponse:
         principal = deps.agent_principal()
         refusal = deps.auth.identity_refusal(principal, body.identity)
         if refusal is not None:
@@ -42,22 +36,22 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
         return agents.register(deps.ctx(), body, principal.cloud_id or "")
 
     @app.post(
-        "/agents/<agent_id>/heartbeat",
+        route(HEARTBEAT),
         tags=[TAG],
         summary="Heartbeat; the reply carries trials to start and stop, and drain",
         responses=errors(409),
     )
-    def heartbeat(agent_id: str, body: HeartbeatRequest) -> HeartbeatResponse:
+    def heartbeat(agent_id: str, body: wire.HeartbeatRequest) -> wire.HeartbeatResponse:
         cloud_id = deps.agent()
         return agents.heartbeat(deps.ctx(), agent_id, cloud_id, body)
 
     @app.post(
-        "/agents/<agent_id>/trials/<trial_id>/status",
+        route(TRIAL_STATUS),
         tags=[TAG],
         summary="A trial changed state on the agent",
         responses=errors(404, 409, 422),
     )
-    def trial_status(agent_id: str, trial_id: str, body: TrialStatus) -> StatusApplied:
+    def trial_status(agent_id: str, trial_id: str, body: wire.TrialStatus) -> StatusApplied:
         cloud_id = deps.agent()
         if body.trial_id != trial_id:
             raise ApiError(
@@ -71,11 +65,11 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
         )
 
     @app.post(
-        "/agents/<agent_id>/trials/<trial_id>/logs",
+        route(TRIAL_LOGS),
         tags=[TAG],
         summary="Append a batch of a trial's log lines (idempotent per seq)",
         responses=errors(404, 422),
     )
-    def trial_logs(agent_id: str, trial_id: str, body: LogBatch) -> Accepted:
+    def trial_logs(agent_id: str, trial_id: str, body: wire.LogBatch) -> Accepted:
         cloud_id = deps.agent()
         return Accepted(accepted=agents.append_logs(deps.ctx(), agent_id, cloud_id, trial_id, body))

@@ -27,10 +27,10 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from corral.api import dashboard
+from corral.api.http_events import BodyRefused, declared_body_size
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 6 * 1024 * 1024  # what a Lambda request can hold anyway
 UPSTREAM_TIMEOUT_S = 30.0
 
 
@@ -159,9 +159,13 @@ class _Handler(BaseHTTPRequestHandler):
             message = "missing or wrong proxy token: open the link `corral dashboard` printed"
             self._reply(json_reply(401, message))
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            self._reply(json_reply(413, f"request body over {MAX_BODY} bytes"))
+        # The API's own limit, checked before a byte of the body is read.
+        try:
+            length = declared_body_size(self.headers.get("Content-Length"))
+        except BodyRefused as refused:
+            # The body stays unread, so the connection cannot carry another request.
+            closing = {"Cache-Control": "no-store", "Connection": "close"}
+            self._reply(json_reply(refused.status, refused.message), closing)
             return
         body = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}

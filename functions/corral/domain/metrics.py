@@ -17,20 +17,36 @@ values, in that order (missing trailing values: not reported at that point).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
+# The rules of a point (kinds, names, finite values) are the wire protocol's: the agent
+# checks a trial's lines with the same ones. Re-exported: the domain's names for them.
+from corral.protocol.metrics import MAX_NAME_LENGTH, MetricKind, finite_value, valid_name
 
-class MetricKind(StrEnum):
-    TRAINING = "training"
-    VALIDATION = "validation"
-
+__all__ = [
+    "MAX_NAMES",
+    "MAX_NAME_LENGTH",
+    "MAX_POINTS",
+    "MIN_POINTS",
+    "BestTrial",
+    "IncomingPoint",
+    "MergeResult",
+    "MetricKind",
+    "MetricPoint",
+    "MetricSeries",
+    "MetricSummary",
+    "best_trial",
+    "is_better",
+    "is_finite",
+    "merge",
+    "new_series",
+    "trial_best_value",
+    "valid_name",
+]
 
 MAX_POINTS = 500  # per kind per trial: ~100 KB at most once stored (tests/unit/domain)
 MAX_NAMES = 24  # distinct value names per series; values under further names are dropped
-MAX_NAME_LENGTH = 64
 MIN_POINTS = 4  # the first, the best, the latest and one on the stride always fit
 
 
@@ -117,16 +133,8 @@ class MergeResult:
     empty: int  # points left with no usable value
 
 
-def valid_name(name: str) -> bool:
-    return 0 < len(name) <= MAX_NAME_LENGTH and name.isprintable()
-
-
 def is_finite(value: object) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
+    return finite_value(value) is not None
 
 
 def is_better(value: float, best: float | None, smaller_is_better: bool) -> bool:
@@ -151,7 +159,8 @@ def merge(
             continue
         values: dict[str, float] = {}
         for name, value in p.values.items():
-            if not (valid_name(name) and is_finite(value)):
+            number = finite_value(value)
+            if number is None or not valid_name(name):
                 summary = replace(summary, rejected=summary.rejected + 1)
                 continue
             if name not in names:
@@ -159,7 +168,7 @@ def merge(
                     summary = replace(summary, rejected=summary.rejected + 1)
                     continue
                 names.append(name)
-            values[name] = float(value)
+            values[name] = number
         s = replace(s, last_seq=p.seq)
         if not values:
             empty += 1

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from corral.api.http_events import BodyRefused, check_body_size, http_event, http_reply
+from corral.api.http_events import BodyRefused, declared_body_size, http_event, http_reply
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +45,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(payload)
 
     def _serve(self) -> None:
-        declared = (self.headers.get("Content-Length") or "0").strip()
-        if not declared.isdigit():
-            self._refuse(400, f"bad Content-Length {declared[:40]!r}: want a byte count")
-            return
-        length = int(declared)
         # Checked before reading, as API Gateway does: a huge body is never held in memory.
         try:
-            check_body_size(length)
+            length = declared_body_size(self.headers.get("Content-Length"))
         except BodyRefused as refused:
             self._refuse(refused.status, refused.message)
             return

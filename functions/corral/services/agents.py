@@ -35,6 +35,7 @@ from corral.protocol.agent import (
     TrialStatus,
 )
 from corral.services.shared.assignment_spec import build_assignment
+from corral.services.shared.instance_events import log_instance_event
 from corral.services.shared.instance_removal import reporting, terminate, wake_scheduler
 from corral.services.shared.service_context import Context
 from corral.services.shared.trial_release import move_off_gpus, requeue
@@ -67,17 +68,8 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
         fresh = on_registration(state)
         ctx.store.commit([updated] if fresh is state else [updated, fresh])
         if updated.state is not record.state:
-            ctx.store.append_events(
-                [
-                    Event(
-                        now,
-                        EventKind.AGENT_REGISTERED,
-                        f"{request.cloud_id} with {len(request.gpus)} GPU(s)",
-                        pool=record.pool,
-                        instance_id=record.id,
-                    )
-                ]
-            )
+            registered = f"{request.cloud_id} with {len(request.gpus)} GPU(s)"
+            log_instance_event(ctx, record, EventKind.AGENT_REGISTERED, registered, now)
             wake_scheduler(ctx, f"{record.id} registered")
         return RegisterResponse(
             agent_id=record.id,

@@ -9,8 +9,9 @@ from enum import StrEnum
 
 from corral.domain.errors import ConflictError
 from corral.domain.instance import HOLDS_CLOUD_INSTANCE, InstanceState
-from corral.domain.records import Event, EventKind
+from corral.domain.records import EventKind
 from corral.ports.store import retry_on_conflict
+from corral.services.shared.instance_events import log_instance_event
 from corral.services.shared.instance_removal import mark_terminated, take_away, wake_scheduler
 from corral.services.shared.service_context import Context
 
@@ -42,17 +43,8 @@ def on_interruption_notice(ctx: Context, cloud_id: str, kind: NoticeKind) -> boo
             take_away(ctx, updated, f"spot interruption notice for {cloud_id}", still_up=True)
         else:
             ctx.store.commit([updated])
-        ctx.store.append_events(
-            [
-                Event(
-                    now,
-                    EventKind.SPOT_INTERRUPTION,
-                    f"{kind.value} notice for {cloud_id}",
-                    pool=record.pool,
-                    instance_id=record.id,
-                )
-            ]
-        )
+        notice = f"{kind.value} notice for {cloud_id}"
+        log_instance_event(ctx, record, EventKind.SPOT_INTERRUPTION, notice, now)
         wake_scheduler(ctx, f"replace {record.id}")
         return True
 

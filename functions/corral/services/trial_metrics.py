@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pydantic import ValidationError
 
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance
@@ -20,21 +22,36 @@ from corral.domain.metrics import IncomingPoint, MetricKind, merge, new_series
 from corral.domain.trial import Trial
 from corral.ports.store import retry_on_conflict
 from corral.protocol.agent import MetricPointIn, TrialMetrics
+from corral.protocol.metrics import metric_kind
 from corral.services.shared.service_context import Context
 
-KINDS = {k.value: k for k in MetricKind}
+if TYPE_CHECKING:
+    from corral.domain.config import SearcherConfig
 
 
-def searcher_metric(config: Mapping[str, Any]) -> tuple[str | None, bool]:
-    """``searcher.metric`` and ``searcher.smaller_is_better`` of a stored experiment config."""
-    searcher = config.get("searcher")
-    if not isinstance(searcher, Mapping):
-        return None, True
-    metric = searcher.get("metric")
-    return (
-        metric if isinstance(metric, str) and metric else None,
-        bool(searcher.get("smaller_is_better", True)),
-    )
+class SearcherMetric(NamedTuple):
+    """The metric that ranks an experiment's trials (``searcher.metric``; None: nothing
+    ranks them) and which way. A tuple: ``metric, smaller = searcher_metric(...)``."""
+
+    metric: str | None = None
+    smaller_is_better: bool = True
+
+    @classmethod
+    def of(cls, searcher: SearcherConfig) -> SearcherMetric:
+        return cls(searcher.metric or None, searcher.smaller_is_better)
+
+
+def searcher_metric(config: Mapping[str, Any]) -> SearcherMetric:
+    """The ``SearcherMetric`` of a stored experiment config, its ``searcher`` section read by
+    the config's own model. Stored configs were validated at submission; one that no longer
+    validates ranks nothing rather than failing the views and heartbeats that ask."""
+    # Loaded here, not at import: the experiment models are built on first use (cold start).
+    from corral.domain.config import SearcherConfig
+
+    try:
+        return SearcherMetric.of(SearcherConfig.model_validate(config.get("searcher") or {}))
+    except ValidationError:
+        return SearcherMetric()
 
 
 def store_metrics(ctx: Context, record: Instance, reports: Sequence[TrialMetrics]) -> list[str]:
@@ -55,7 +72,7 @@ def store_metrics(ctx: Context, record: Instance, reports: Sequence[TrialMetrics
 def _by_kind(points: Sequence[MetricPointIn]) -> dict[MetricKind, list[IncomingPoint]]:
     grouped: dict[MetricKind, list[IncomingPoint]] = defaultdict(list)
     for p in points:
-        kind = KINDS.get(p.kind)
+        kind = metric_kind(p.kind)
         if kind is not None:
             grouped[kind].append(IncomingPoint(p.seq, p.batches, p.values, p.at))
     return grouped

@@ -105,3 +105,23 @@ def test_replies_are_sent_without_nagle_delay_and_bursts_queue(
     finally:
         handler.setup = original
     assert seen and seen[0] != 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"\xb2", "400"),  # latin-1 for a superscript two: a "digit" int() cannot read
+        (b"9" * 5000, "413"),  # more digits than int() converts by default
+    ],
+)
+def test_a_content_length_int_cannot_read_is_refused_not_crashed_on(
+    shim: tuple[HttpShim, list[dict[str, Any]]], raw: bytes, status: str
+) -> None:
+    server, invoked = shim
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(b"POST /x HTTP/1.1\r\nContent-Length: " + raw + b"\r\n\r\n")
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    assert reply.split(b"\r\n", 1)[0].decode().startswith(f"HTTP/1.1 {status}")
+    assert invoked == []
