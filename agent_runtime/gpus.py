@@ -13,6 +13,7 @@ import io
 import logging
 import shutil
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 from agent_runtime.config import AgentConfig
@@ -64,17 +65,14 @@ def gpu_metrics(config: AgentConfig) -> list[GpuMetric]:
     try:
         nvml = _nvml() if config.gpu_detection != "nvidia-smi" else None
         if nvml is not None:
-            out = []
-            for i in range(nvml.nvmlDeviceGetCount()):
-                handle = nvml.nvmlDeviceGetHandleByIndex(i)
-                util = nvml.nvmlDeviceGetUtilizationRates(handle)
-                mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-                out.append(
-                    GpuMetric(
-                        index=i, utilization_pct=float(util.gpu), memory_used_mib=mem.used / 2**20
-                    )
+            return [
+                GpuMetric(
+                    index=i,
+                    utilization_pct=float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+                    memory_used_mib=nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20,
                 )
-            return out
+                for i, handle in _nvml_devices(nvml)
+            ]
         rows = _smi(config.nvidia_smi, "index,utilization.gpu,memory.used")
         return [
             GpuMetric(index=int(r[0]), utilization_pct=_num(r[1]), memory_used_mib=_num(r[2]))
@@ -99,21 +97,27 @@ def _nvml() -> Any:
     return pynvml
 
 
-def _nvml_gpus(nvml: Any) -> list[GpuInfo]:
-    gpus = []
+def _nvml_devices(nvml: Any) -> Iterator[tuple[int, Any]]:
+    """(index, NVML handle) of every GPU NVML sees."""
     for i in range(nvml.nvmlDeviceGetCount()):
-        handle = nvml.nvmlDeviceGetHandleByIndex(i)
-        uuid = nvml.nvmlDeviceGetUUID(handle)
-        name = nvml.nvmlDeviceGetName(handle)
-        gpus.append(
-            GpuInfo(
-                index=i,
-                uuid=uuid.decode() if isinstance(uuid, bytes) else str(uuid),
-                name=name.decode() if isinstance(name, bytes) else str(name),
-                memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20),
-            )
+        yield i, nvml.nvmlDeviceGetHandleByIndex(i)
+
+
+def _text(value: Any) -> str:
+    # Older pynvml releases answer bytes, newer ones str.
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml_gpus(nvml: Any) -> list[GpuInfo]:
+    return [
+        GpuInfo(
+            index=i,
+            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+            name=_text(nvml.nvmlDeviceGetName(handle)),
+            memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20),
         )
-    return gpus
+        for i, handle in _nvml_devices(nvml)
+    ]
 
 
 def _smi_gpus(binary: str) -> list[GpuInfo]:

@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.local import timers
 from corral.ports.commands import CommandKind
 from tests.moto_env import ACCOUNT, REGION
 
@@ -71,17 +72,9 @@ def sqs_record(
 
 def scheduled_event(rule: str, time: str) -> dict[str, Any]:
     """An EventBridge schedule rule's event; ``time`` as ``2025-01-01T00:00:00Z``."""
-    return {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "account": ACCOUNT,
-        "time": time,
-        "region": REGION,
-        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule}"],
-        "detail": {},
-    }
+    return timers.scheduled_event(
+        f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule}", REGION, ACCOUNT, time
+    )
 
 
 def ec2_event(detail_type: str, instance_id: str, time: str, **detail: str) -> dict[str, Any]:

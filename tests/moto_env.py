@@ -7,8 +7,11 @@ sets the environment from here before it imports boto3.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 if TYPE_CHECKING:
     import pytest
@@ -51,3 +54,10 @@ def use_moto_env(monkeypatch: pytest.MonkeyPatch, env: Mapping[str, str] = MOTO_
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+
+
+def moto_environ(env: Mapping[str, str] = MOTO_ENV) -> AbstractContextManager[Any]:
+    """The same, as a ``with`` block over ``os.environ`` (for harnesses and fixtures that
+    have no monkeypatch): ``env`` set, and no endpoint override left to redirect boto3."""
+    kept = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+    return mock.patch.dict(os.environ, kept | dict(env), clear=True)

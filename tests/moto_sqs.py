@@ -4,14 +4,13 @@ check of the template's queues."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
 from corral.adapters.memory import FakeClock
-from tests.moto_env import MOTO_ENV, REGION
+from tests.moto_env import REGION, moto_environ
 
 
 @contextmanager
@@ -21,9 +20,8 @@ def sqs_on_a_fake_clock(clock: FakeClock) -> Iterator[Any]:
     from moto import mock_aws
 
     # A stray endpoint (the local stack's) would send the client to a server, not to moto.
-    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"} | MOTO_ENV
     with (
-        mock.patch.dict(os.environ, env, clear=True),
+        moto_environ(),
         mock_aws(),
         mock.patch("moto.sqs.models.unix_time", lambda dt=None: clock.now()),
         mock.patch("moto.sqs.models.unix_time_millis", lambda dt=None: clock.now() * 1000.0),

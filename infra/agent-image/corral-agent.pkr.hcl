@@ -109,6 +109,16 @@ locals {
     "corral-image"   = "agent"
     "corral-version" = local.version
   }
+  # What both builds upload: the provisioning scripts and unit files to /tmp/corral-image/,
+  # and the project's sources, installed into the agent's venv (unless agent_wheel_url is set),
+  # to /tmp/corral-image/src/.
+  image_files = ["${path.root}/scripts", "${path.root}/files"]
+  project_files = [
+    "${path.root}/../../pyproject.toml",
+    "${path.root}/../../README.md",
+    "${path.root}/../../functions",
+    "${path.root}/../../agent_runtime",
+  ]
 }
 
 # ---- AWS ----------------------------------------------------------------------------------
@@ -221,29 +231,12 @@ build {
     inline = ["mkdir -p /tmp/corral-image/src"]
   }
   provisioner "file" {
-    source      = "${path.root}/scripts"
-    destination = "/tmp/corral-image"
+    sources     = local.image_files
+    destination = "/tmp/corral-image/"
   }
   provisioner "file" {
-    source      = "${path.root}/files"
-    destination = "/tmp/corral-image"
-  }
-  # The project's sources, installed into the agent's venv (unless agent_wheel_url is set).
-  provisioner "file" {
-    source      = "${path.root}/../../pyproject.toml"
-    destination = "/tmp/corral-image/src/pyproject.toml"
-  }
-  provisioner "file" {
-    source      = "${path.root}/../../README.md"
-    destination = "/tmp/corral-image/src/README.md"
-  }
-  provisioner "file" {
-    source      = "${path.root}/../../functions"
-    destination = "/tmp/corral-image/src"
-  }
-  provisioner "file" {
-    source      = "${path.root}/../../agent_runtime"
-    destination = "/tmp/corral-image/src"
+    sources     = local.project_files
+    destination = "/tmp/corral-image/src/"
   }
   provisioner "shell" {
     environment_vars = [
@@ -270,32 +263,12 @@ build {
     inline = ["mkdir -p /tmp/corral-image/src"]
   }
   provisioner "file" {
-    source      = "${path.root}/scripts"
-    destination = "/tmp/corral-image"
+    sources     = concat(local.image_files, ["${path.root}/deep-learning-image.sh"])
+    destination = "/tmp/corral-image/"
   }
   provisioner "file" {
-    source      = "${path.root}/files"
-    destination = "/tmp/corral-image"
-  }
-  provisioner "file" {
-    source      = "${path.root}/deep-learning-image.sh"
-    destination = "/tmp/corral-image/deep-learning-image.sh"
-  }
-  provisioner "file" {
-    source      = "${path.root}/../../pyproject.toml"
-    destination = "/tmp/corral-image/src/pyproject.toml"
-  }
-  provisioner "file" {
-    source      = "${path.root}/../../README.md"
-    destination = "/tmp/corral-image/src/README.md"
-  }
-  provisioner "file" {
-    source      = "${path.root}/../../functions"
-    destination = "/tmp/corral-image/src"
-  }
-  provisioner "file" {
-    source      = "${path.root}/../../agent_runtime"
-    destination = "/tmp/corral-image/src"
+    sources     = local.project_files
+    destination = "/tmp/corral-image/src/"
   }
   provisioner "shell" {
     environment_vars = [

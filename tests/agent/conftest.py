@@ -11,13 +11,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from agent_runtime.agent import Agent
 from agent_runtime.config import AgentConfig
 from agent_runtime.main import build_agent
+from tests.fakes.http import QuietHandler, send, send_json
 
 
 class FakeClock:
@@ -92,10 +93,7 @@ class FakeControlPlane:
     def start(self) -> FakeControlPlane:
         plane = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
@@ -105,12 +103,7 @@ class FakeControlPlane:
                         Recorded("POST", self.path, dict(self.headers.items()), body)
                     )
                     status, reply = plane.reply(self.path, body)
-                data = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, reply)
 
         self.server, self.url = _serve(Handler)
         return self
@@ -162,16 +155,9 @@ class FakeMetadata:
     def start(self) -> FakeMetadata:
         meta = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _send(self, status: int, text: str) -> None:
-                data = text.encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send(self, status, text.encode())
 
             def do_PUT(self) -> None:
                 meta.seen.append(Recorded("PUT", self.path, dict(self.headers.items()), None))
@@ -221,22 +207,26 @@ def ec2_values() -> dict[str, str]:
     }
 
 
+Fake = TypeVar("Fake", FakeControlPlane, FakeMetadata)
+
+
+def _serving(fake: Fake) -> Iterator[Fake]:
+    """``fake`` serving on loopback for one test, then shut down."""
+    started = fake.start()
+    yield started
+    assert started.server is not None
+    started.server.shutdown()
+    started.server.server_close()
+
+
 @pytest.fixture
 def plane() -> Iterator[FakeControlPlane]:
-    p = FakeControlPlane().start()
-    yield p
-    assert p.server is not None
-    p.server.shutdown()
-    p.server.server_close()
+    yield from _serving(FakeControlPlane())
 
 
 @pytest.fixture
 def metadata() -> Iterator[FakeMetadata]:
-    m = FakeMetadata().start()
-    yield m
-    assert m.server is not None
-    m.server.shutdown()
-    m.server.server_close()
+    yield from _serving(FakeMetadata())
 
 
 @pytest.fixture
@@ -263,6 +253,17 @@ class Harness:
             self.agent.run_once()
             self.clock.advance(advance)
             time.sleep(0.01)
+
+
+def dev_config(**settings: Any) -> AgentConfig:
+    """A dev-mode agent config (fixed token and instance id, no control plane behind
+    ``api_url``) with ``settings`` on top: for what the config alone decides."""
+    return AgentConfig(
+        api_url="http://cp",
+        dev_token="t",  # type: ignore[arg-type]
+        dev_instance_id="i-1",
+        **settings,
+    )
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from agent_runtime.executors import LaunchSpec, wrap_entrypoint
 from agent_runtime.executors.docker import LABEL_TRIAL, DockerExecutor
 from agent_runtime.trial_env import HELPER_DIR
 from corral.protocol.agent import BindMount
+from tests.agent.conftest import dev_config
 
 
 class FakeContainer:
@@ -62,10 +63,7 @@ class FakeClient:
 
 
 def test_run_arguments(tmp_path: Path) -> None:
-    config = AgentConfig(
-        api_url="http://cp",
-        dev_token="t",  # type: ignore[arg-type]
-        dev_instance_id="i-1",
+    config = dev_config(
         agent_docker_network="corral",
         agent_docker_runtime="nvidia",
         container_startup_script="export HOME=/root",
@@ -127,10 +125,7 @@ def test_run_arguments(tmp_path: Path) -> None:
 
 
 def test_no_gpus_no_device_request_and_host_network_untouched(tmp_path: Path) -> None:
-    config = AgentConfig(
-        api_url="http://cp",
-        dev_token="t",  # type: ignore[arg-type]
-        dev_instance_id="i-1",
+    config = dev_config(
         agent_docker_network="host",
         default_trial_image="busybox",
     )
@@ -165,10 +160,7 @@ def test_leftover_containers_of_a_previous_agent_are_stopped_and_removed(tmp_pat
             return [running, exited]
 
     client.containers = Containers()  # type: ignore[assignment]
-    config = AgentConfig(
-        api_url="http://cp",
-        dev_token="t",  # type: ignore[arg-type]
-        dev_instance_id="i-1",
+    config = dev_config(
         work_dir=tmp_path,
     )
     executor = DockerExecutor(config, client)
@@ -203,10 +195,7 @@ def test_the_exit_is_reported_only_after_the_last_log_lines(tmp_path: Path) -> N
 
     client = FakeClient()
     client.container = Slow()
-    config = AgentConfig(
-        api_url="http://cp",
-        dev_token="t",  # type: ignore[arg-type]
-        dev_instance_id="i-1",
+    config = dev_config(
         default_trial_image="img",
         work_dir=tmp_path,
     )
@@ -251,10 +240,7 @@ def _gang_assignment(nnodes: int) -> Any:
 
 
 def _config(tmp_path: Path, network: str | None) -> AgentConfig:
-    return AgentConfig(
-        api_url="http://cp",
-        dev_token="t",  # type: ignore[arg-type]
-        dev_instance_id="i-1",
+    return dev_config(
         agent_docker_network=network,
         work_dir=tmp_path,
     )

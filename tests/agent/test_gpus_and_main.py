@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from agent_runtime import gpus
 from agent_runtime.agent import EXIT_UNHEALTHY
 from agent_runtime.config import AgentConfig
 from agent_runtime.gpus import check_expected, detect_gpus, gpu_metrics
 from agent_runtime.main import main
-from tests.agent.conftest import FakeControlPlane
+from tests.agent.conftest import FakeControlPlane, dev_config
 
 FAKE_SMI = """#!/bin/sh
 case "$1" in
@@ -39,14 +41,7 @@ def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _config(**kw: object) -> AgentConfig:
-    base: dict[str, object] = {
-        "api_url": "http://cp",
-        "dev_token": "t",
-        "dev_instance_id": "i-1",
-        "gpu_detection": "nvidia-smi",
-    }
-    base.update(kw)
-    return AgentConfig.model_validate(base)
+    return dev_config(**{"gpu_detection": "nvidia-smi", **kw})
 
 
 def test_nvidia_smi_parsing_and_metrics(fake_smi: Path) -> None:
@@ -55,6 +50,42 @@ def test_nvidia_smi_parsing_and_metrics(fake_smi: Path) -> None:
     (metric,) = gpu_metrics(_config())
     assert (metric.utilization_pct, metric.memory_used_mib) == (87.0, 20480.0)
     check_expected([gpu], 1)
+
+
+class _FakeNvml:
+    """Two GPUs as pynvml answers for them: bytes from older releases (GPU 0), str from newer
+    ones (GPU 1)."""
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return 100 + index
+
+    def nvmlDeviceGetUUID(self, handle: int) -> bytes | str:
+        return b"GPU-0000" if handle == 100 else "GPU-0001"
+
+    def nvmlDeviceGetName(self, handle: int) -> bytes | str:
+        return b"NVIDIA A10G" if handle == 100 else "NVIDIA L4"
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
+        return SimpleNamespace(total=(handle - 99) * 16 * 2**30, used=(handle - 99) * 2**29)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
+        return SimpleNamespace(gpu=40 + handle - 100)
+
+
+def test_nvml_detection_and_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpus, "_nvml", _FakeNvml)
+    config = _config(gpu_detection="nvml")
+    assert [(g.index, g.uuid, g.name, g.memory_mib) for g in detect_gpus(config)] == [
+        (0, "GPU-0000", "NVIDIA A10G", 16384),
+        (1, "GPU-0001", "NVIDIA L4", 32768),
+    ]
+    assert [(m.index, m.utilization_pct, m.memory_used_mib) for m in gpu_metrics(config)] == [
+        (0, 40.0, 512.0),
+        (1, 41.0, 1024.0),
+    ]
 
 
 def test_fewer_gpus_than_promised_does_not_register(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_runtime.config import AgentConfig, load_config
+from agent_runtime.config import load_config
 from agent_runtime.trial_env import trial_env
 from corral.adapters.aws.ec2_params import bootstrap_settings as ec2_settings
 from corral.adapters.gcp.gce_params import bootstrap_settings as gce_settings
@@ -17,6 +17,7 @@ from corral.bootstrap import render_bootstrap
 from corral.domain.config import AwsProvider, ConfigError, GcpProvider, load_cluster_config
 from corral.ports.cloud import LaunchRequest
 from corral.protocol.agent import TrialAssignment
+from tests.agent.conftest import dev_config
 
 AWS_PROVIDER = (
     "{type: aws, region: us-east-1, image_id: ami-0123456789abcdef0, "
@@ -165,10 +166,7 @@ def _assignment(environment: dict[str, str] | None = None) -> TrialAssignment:
 
 def test_each_variable_comes_from_its_own_range(tmp_path: Path) -> None:
     """Determined's agent sets GLOO_PORT_RANGE from the NCCL range; here each has its own."""
-    config = AgentConfig(
-        api_url="http://cp",
-        dev_token="t",  # type: ignore[arg-type]
-        dev_instance_id="i-1",
+    config = dev_config(
         gloo_port_range="30000:30100",
         nccl_port_range="40000:40100",
     )
@@ -198,10 +196,7 @@ def test_each_variable_comes_from_its_own_range(tmp_path: Path) -> None:
 def test_launch_spec_passes_the_agents_ranges(tmp_path: Path) -> None:
     from agent_runtime.trials import launch_spec
 
-    config = AgentConfig(
-        api_url="http://cp",
-        dev_token="t",  # type: ignore[arg-type]
-        dev_instance_id="i-1",
+    config = dev_config(
         work_dir=tmp_path,
         gloo_port_range="30000:30100",
     )

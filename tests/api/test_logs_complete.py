@@ -11,7 +11,8 @@ from .events import agent_arn
 
 
 def _assigned(api: ApiClient, cluster: Cluster) -> tuple[str, str, str]:
-    """A command (never restarted) placed on a registered agent."""
+    """A command (never restarted) placed on a registered agent: (trial id, the agent's
+    caller identity, the agent's path for the trial)."""
     reply = api.post("/commands", {"config": {}, "argv": ["sh", "-c", "exit 3"]})
     assert reply.status == 201, reply.text
     cluster.pump()
@@ -21,15 +22,14 @@ def _assigned(api: ApiClient, cluster: Cluster) -> tuple[str, str, str]:
     cluster.pump()
     reply = api.post(f"/agents/{agent_id}/heartbeat", {}, caller=agent_arn(cloud_id))
     (start,) = reply.json["start"]
-    return cloud_id, agent_id, start["trial_id"]
+    trial_id = start["trial_id"]
+    return trial_id, agent_arn(cloud_id), f"/agents/{agent_id}/trials/{trial_id}"
 
 
 def test_logs_are_incomplete_until_the_last_line_the_status_named_arrives(
     api: ApiClient, cluster: Cluster
 ) -> None:
-    cloud_id, agent_id, trial_id = _assigned(api, cluster)
-    me = agent_arn(cloud_id)
-    base = f"/agents/{agent_id}/trials/{trial_id}"
+    trial_id, me, base = _assigned(api, cluster)
     lines = [{"seq": 100 + n, "at": 1.0 + n, "line": f"out {n}"} for n in range(4)]
     api.post(f"{base}/logs", {"lines": lines[:1]}, caller=me)
     # The terminal status overtakes the last batch (the agent's flush failed meanwhile).
@@ -54,9 +54,7 @@ def test_logs_are_incomplete_until_the_last_line_the_status_named_arrives(
 def test_a_running_trial_is_never_complete_and_an_unknown_end_is_the_stored_end(
     api: ApiClient, cluster: Cluster
 ) -> None:
-    cloud_id, agent_id, trial_id = _assigned(api, cluster)
-    me = agent_arn(cloud_id)
-    base = f"/agents/{agent_id}/trials/{trial_id}"
+    trial_id, me, base = _assigned(api, cluster)
     api.post(f"{base}/logs", {"lines": [{"seq": 1, "at": 1.0, "line": "hi"}]}, caller=me)
     running = api.get(f"/trials/{trial_id}/logs").json
     assert running["logs_complete"] is False and running["log_end_seq"] is None

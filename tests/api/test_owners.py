@@ -38,6 +38,15 @@ def _kill(api: ApiClient, experiment_id: str, caller: str) -> tuple[int, Any]:
     return reply.status, reply.json
 
 
+def _refused(api: ApiClient, cluster: Cluster, path: str, caller: str) -> str:
+    """POST ``path`` as ``caller``: refused (403) with nothing written; the reason."""
+    before = snapshot(cluster)
+    reply = api.post(path, caller=caller)
+    assert reply.status == 403, reply.text
+    assert snapshot(cluster) == before
+    return str(reply.json["message"])
+
+
 # ---- who submitted it ----------------------------------------------------------------------
 def test_experiments_commands_and_trials_show_their_owner(api: ApiClient) -> None:
     experiment_id = _submit(api)
@@ -67,13 +76,9 @@ def test_only_the_owner_may_kill_and_a_refusal_writes_nothing(
     api: ApiClient, cluster: Cluster
 ) -> None:
     experiment_id = _submit(api)
-    before = snapshot(cluster)
-    status, error = _kill(api, experiment_id, BOB)
-    assert status == 403
-    assert error["message"] == (
+    assert _refused(api, cluster, f"/experiments/{experiment_id}/kill", BOB) == (
         f"experiment {experiment_id} belongs to {USER}; only its owner or an admin may kill it"
     )
-    assert snapshot(cluster) == before
     status, killed = _kill(api, experiment_id, USER)
     assert status == 200 and killed["state"] == "CANCELLED"
     (event,) = [e for e in cluster.store.events() if e.kind is EventKind.EXPERIMENT_KILLED]
@@ -84,10 +89,8 @@ def test_only_the_owner_may_kill_and_a_refusal_writes_nothing(
 
 def test_a_command_is_its_owners_too(api: ApiClient, cluster: Cluster) -> None:
     command_id = api.post("/commands", {"argv": ["sleep", "9"]}).json["id"]
-    before = snapshot(cluster)
-    status, error = _kill(api, command_id, BOB)
-    assert status == 403 and error["message"].startswith(f"command {command_id} belongs to")
-    assert snapshot(cluster) == before
+    refusal = _refused(api, cluster, f"/experiments/{command_id}/kill", BOB)
+    assert refusal.startswith(f"command {command_id} belongs to")
 
 
 @pytest.mark.parametrize(
@@ -124,13 +127,9 @@ def test_work_from_before_owners_is_for_admins_only(api: ApiClient, cluster: Clu
     # Records written before owners existed carry none: no one can prove they submitted it.
     experiment_id = cluster.submit().experiment.id
     assert api.get(f"/experiments/{experiment_id}").json["owner"] is None
-    before = snapshot(cluster)
-    status, error = _kill(api, experiment_id, USER)
-    assert status == 403
-    assert error["message"] == (
+    assert _refused(api, cluster, f"/experiments/{experiment_id}/kill", USER) == (
         f"experiment {experiment_id} has no recorded owner; only an admin may kill it"
     )
-    assert snapshot(cluster) == before
     cluster.ctx.admins = (ADMIN,)
     assert _kill(api, experiment_id, ADMIN)[0] == 200
 
@@ -152,14 +151,10 @@ def _open_breaker(cluster: Cluster) -> None:
 
 def test_only_an_admin_may_reset_a_breaker(api: ApiClient, cluster: Cluster) -> None:
     _open_breaker(cluster)
-    before = snapshot(cluster)
-    refused = api.post("/pools/gpu/reset-breaker", caller=USER)
-    assert refused.status == 403
-    assert refused.json["message"] == (
+    assert _refused(api, cluster, "/pools/gpu/reset-breaker", USER) == (
         f"only an admin may reset the breaker of pool gpu ({USER} is not one of the "
         "cluster config's admins)"
     )
-    assert snapshot(cluster) == before
     assert api.get("/pools").json["pools"][0]["breaker"]["open"] is True
 
     cluster.ctx.admins = (ADMIN,)

@@ -29,12 +29,10 @@ only the simulated cloud does is tested in tests/unit/adapters.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
-from unittest import mock
 
 import pytest
 
@@ -54,7 +52,7 @@ from tests.contract.queue_harness import (
     memory_queue_as_pubsub,
     sqs_on_moto,
 )
-from tests.moto_env import MOTO_ENV
+from tests.moto_env import moto_environ
 
 # ---- stores -------------------------------------------------------------------------------
 
@@ -160,9 +158,8 @@ def ec2_under_moto() -> Iterator[CloudHarness]:
     from corral.adapters.aws.ec2_provider import EC2_STATES, Ec2Provider
     from corral.domain.config.aws import AwsProvider
 
-    # Drop an endpoint override (the local stack's moto server): this case is in-process.
-    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"} | MOTO_ENV
-    with mock.patch.dict(os.environ, env, clear=True), mock_aws():
+    # No endpoint override (the local stack's moto server): this case is in-process.
+    with moto_environ(), mock_aws():
         ec2: Any = boto3.client("ec2", region_name="us-east-1")
         subnet = ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])[
             "Subnets"

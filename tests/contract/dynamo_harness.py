@@ -13,7 +13,6 @@ moto's DynamoDB requests with one lock: the race test then checks our conditions
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +22,7 @@ from unittest import mock
 import pytest
 
 from corral.ports.store import Store
-from tests.moto_env import MOTO_ENV
+from tests.moto_env import moto_environ
 
 _client: list[Any] = []  # one client for every store (see the module docstring)
 _moto_lock = threading.RLock()
@@ -36,8 +35,7 @@ def moto_env() -> Iterator[None]:
         from moto import mock_aws
     except ImportError:  # pragma: no cover - the dev extra installs moto
         pytest.skip("moto is not installed")
-    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"} | MOTO_ENV
-    with mock.patch.dict(os.environ, env, clear=True), mock_aws():
+    with moto_environ(), mock_aws():
         yield
 
 

@@ -25,9 +25,11 @@ import re
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.http import QuietHandler, send_json
 
 _ZONE_PATH = re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/(instances|operations)(.*)$")
 _AGGREGATED = re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instances$")
@@ -134,7 +136,7 @@ def _matches(instance: dict[str, Any], expression: str) -> bool:
     return all(labels.get(k) == v for k, v in _CLAUSE.findall(expression or ""))
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     server: FakeGceServer
     protocol_version = "HTTP/1.1"
 
@@ -150,17 +152,9 @@ class _Handler(BaseHTTPRequestHandler):
                 status, reply = 200, self._route(self.command, url.path, query, body)
             except GceError as error:
                 status, reply = error.status, error.envelope()
-        payload = json.dumps(reply).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        send_json(self, status, reply)
 
     do_GET = do_POST = do_DELETE = _serve
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
     def _route(self, method: str, path: str, query: dict[str, str], body: Any) -> dict[str, Any]:
         state = self.server.state

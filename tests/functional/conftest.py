@@ -31,10 +31,11 @@ from corral.adapters.aws.dynamo_schema import create_tables
 from corral.adapters.memory import FakeClock
 from corral.domain.config import ExperimentConfig
 from corral.domain.instance import Instance
-from corral.handlers.aws import composition
+from corral.handlers.aws import composition, scale_up, schedule, spot_reconcile
 from corral.ports.queue import QueueName
 from corral.protocol.agent import GpuInfo, Identity, IdentityKind, RegisterRequest
 from corral.services import agents
+from corral.services.kill import kill_experiment
 from corral.services.shared.service_context import Context
 from corral.services.submit import Submitted, submit_experiment
 from tests import lambda_events
@@ -182,10 +183,26 @@ class Corral:
     def batch(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {"Records": records}
 
+    # ---- running the handlers ------------------------------------------------------------
+    def handle(self, handler: Callable[..., Any], records: list[dict[str, Any]]) -> Any:
+        """``handler`` on one SQS batch of ``records``, as the event source mapping runs it."""
+        return handler(self.batch(records), FakeLambdaContext())
+
+    def tick(self, handler: Callable[..., Any]) -> Any:
+        """``handler`` on its timer's scheduled event."""
+        return handler(scheduled_event(), FakeLambdaContext())
+
+    def interruptions(self, *events: dict[str, Any]) -> Any:
+        """``spot_reconcile`` on one batch of EventBridge ``events`` from the interruptions
+        queue."""
+        arn = self.arn(QueueName.INTERRUPTIONS)
+        records = [sqs_record(arn, json.dumps(e)) for e in events]
+        return self.handle(spot_reconcile.handler, records)
+
     def deliver(self, queue: QueueName, handler: Callable[..., Any]) -> dict[str, Any]:
         records = self.receive(queue)
         assert records, f"nothing on the {queue.value} queue"
-        result: dict[str, Any] = handler(self.batch(records), FakeLambdaContext())
+        result: dict[str, Any] = self.handle(handler, records)
         return result
 
     # ---- EC2 -----------------------------------------------------------------------------
@@ -233,6 +250,26 @@ class Corral:
             ],
         )
         agents.register(self.ctx, request, record.cloud_id)
+
+    def agent(self, *, with_trial: bool) -> Instance:
+        """Through the real handlers: an instance launched for a submitted 1-GPU trial, whose
+        agent registered. With ``with_trial`` the next schedule pass makes it BUSY with the
+        trial; without, the experiment is killed before the agent registers, so it comes up
+        IDLE."""
+        submitted = self.submit(slots=1)
+        self.deliver(QueueName.SCHEDULE, schedule.handler)
+        self.deliver(QueueName.SCALE_UP, scale_up.handler)
+        (record,) = self.ctx.store.instances()
+        if not with_trial:
+            kill_experiment(self.ctx, submitted.experiment.id)
+        self.register(record)
+        if with_trial:
+            self.deliver(QueueName.SCHEDULE, schedule.handler)  # registration woke it
+        else:
+            self.receive(QueueName.SCHEDULE)  # nothing to place: drop the wake-ups
+        stored = self.ctx.store.get_instance(record.id)
+        assert stored is not None
+        return stored
 
 
 @pytest.fixture

@@ -17,17 +17,13 @@ from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.domain.records import EventKind
 from corral.handlers.aws import idle_reap, scale_up, schedule, spot_reconcile
 from corral.ports.queue import QueueName
-from corral.services.kill import kill_experiment
 from tests.functional.conftest import (
     MAX_IDLE_S,
     POOL,
     TAG_KEY,
     TAG_VALUE,
     Corral,
-    FakeLambdaContext,
-    scheduled_event,
     spot_warning,
-    sqs_record,
 )
 from tests.moto_env import ACCOUNT, REGION
 
@@ -61,7 +57,7 @@ def test_crash_after_run_instances_leaves_a_tagged_instance_that_reconcile_adopt
     (launch,) = corral.receive(QueueName.SCALE_UP)
     _crash_after_run_instances(corral)
 
-    reply = scale_up.handler(corral.batch([launch]), FakeLambdaContext())
+    reply = corral.handle(scale_up.handler, [launch])
 
     # The record failed (SQS would redeliver it); the instance exists, tagged with the record.
     assert reply == {"batchItemFailures": [{"itemIdentifier": launch["messageId"]}]}
@@ -73,7 +69,7 @@ def test_crash_after_run_instances_leaves_a_tagged_instance_that_reconcile_adopt
     assert tags[RECORD_TAG] == record.id
     assert (tags[TAG_KEY], tags[POOL_TAG]) == (TAG_VALUE, POOL)
 
-    result = spot_reconcile.handler(scheduled_event(), FakeLambdaContext())
+    result = corral.tick(spot_reconcile.handler)
 
     assert result["applied"] == [f"Adopt:{record.id}"]
     (adopted,) = corral.ctx.store.instances()
@@ -85,12 +81,12 @@ def test_crash_after_run_instances_leaves_a_tagged_instance_that_reconcile_adopt
 
     # SQS redelivers the failed message: the record has moved on, so no second launch
     # (moto's ClientToken is not idempotent, so a second call would show as an instance).
-    again = scale_up.handler(corral.batch([launch]), FakeLambdaContext())
+    again = corral.handle(scale_up.handler, [launch])
     assert again == {"batchItemFailures": []}
     assert corral.calls["ec2.RunInstances"] == 1
     assert len(corral.instances()) == 1
     # A further reconcile pass has nothing left to repair.
-    assert spot_reconcile.handler(scheduled_event(), FakeLambdaContext())["applied"] == []
+    assert corral.tick(spot_reconcile.handler)["applied"] == []
 
 
 def _requested_without_instance(corral: Corral) -> Instance:
@@ -129,13 +125,7 @@ def test_instances_that_are_not_ours_are_never_described_tagged_or_terminated(
     corral: Corral,
 ) -> None:
     # Our own fleet: one idle agent (reaped below) and one record waiting for its instance.
-    submitted = corral.submit(slots=1)
-    corral.deliver(QueueName.SCHEDULE, schedule.handler)
-    corral.deliver(QueueName.SCALE_UP, scale_up.handler)
-    (ours,) = corral.ctx.store.instances()
-    kill_experiment(corral.ctx, submitted.experiment.id)
-    corral.register(ours)
-    corral.receive(QueueName.SCHEDULE)
+    ours = corral.agent(with_trial=False)
     bait = _requested_without_instance(corral)
 
     untagged = corral.run_foreign()
@@ -167,15 +157,13 @@ def test_instances_that_are_not_ours_are_never_described_tagged_or_terminated(
 
     def every_pass() -> None:
         # Reconcile first: it meets the bait still REQUESTED (a schedule pass may cancel it).
-        spot_reconcile.handler(scheduled_event(), FakeLambdaContext())
-        schedule.handler(scheduled_event(), FakeLambdaContext())
-        idle_reap.handler(scheduled_event(), FakeLambdaContext())
-        arn = corral.arn(QueueName.INTERRUPTIONS)
+        corral.tick(spot_reconcile.handler)
+        corral.tick(schedule.handler)
+        corral.tick(idle_reap.handler)
         notices = [spot_warning(i) for i in foreign] + [
             _state_change(i, "terminated") for i in foreign
         ]
-        batch = corral.batch([sqs_record(arn, json.dumps(n)) for n in notices])
-        assert spot_reconcile.handler(batch, FakeLambdaContext()) == {"batchItemFailures": []}
+        assert corral.interruptions(*notices) == {"batchItemFailures": []}
 
     every_pass()
     # Past the idle period (the reaper drains, then terminates our agent), then past every

@@ -7,21 +7,18 @@ from typing import Any
 
 import pytest
 
-from corral.domain.instance import Instance, InstanceState
+from corral.domain.instance import InstanceState
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.domain.trial import TrialState
-from corral.handlers.aws import idle_reap, scale_up, schedule, spot_reconcile
+from corral.handlers.aws import idle_reap, spot_reconcile
 from corral.ports.commands import CommandKind
 from corral.ports.queue import QueueName
-from corral.services.kill import kill_experiment
 from tests.functional.conftest import (
     MAX_IDLE_S,
     POOL,
     TAG_KEY,
     TAG_VALUE,
     Corral,
-    FakeLambdaContext,
-    scheduled_event,
     spot_warning,
     sqs_record,
 )
@@ -29,41 +26,14 @@ from tests.functional.conftest import (
 GONE = ("shutting-down", "terminated")
 
 
-def _agent(corral: Corral, *, with_trial: bool) -> Instance:
-    """Through the real handlers: an instance launched for a submitted trial, whose agent
-    registered. With ``with_trial`` the next schedule pass makes it BUSY with the trial;
-    without, the experiment is killed before the agent registers, so it comes up IDLE."""
-    submitted = corral.submit(slots=1)
-    corral.deliver(QueueName.SCHEDULE, schedule.handler)
-    corral.deliver(QueueName.SCALE_UP, scale_up.handler)
-    (record,) = corral.ctx.store.instances()
-    if not with_trial:
-        kill_experiment(corral.ctx, submitted.experiment.id)
-    corral.register(record)
-    if with_trial:
-        corral.deliver(QueueName.SCHEDULE, schedule.handler)  # registration woke it
-    else:
-        corral.receive(QueueName.SCHEDULE)  # nothing to place: drop the wake-ups
-    stored = corral.ctx.store.get_instance(record.id)
-    assert stored is not None
-    return stored
-
-
-def _interruptions_batch(corral: Corral, *events: dict[str, object]) -> dict[str, object]:
-    arn = corral.arn(QueueName.INTERRUPTIONS)
-    return corral.batch([sqs_record(arn, json.dumps(e)) for e in events])
-
-
 def test_spot_warning_requeues_the_trial_and_wakes_the_scheduler(corral: Corral) -> None:
-    agent = _agent(corral, with_trial=True)
+    agent = corral.agent(with_trial=True)
     assert agent.state is InstanceState.BUSY
     (trial,) = corral.ctx.store.trials()
     assert trial.state is TrialState.ASSIGNED
     assert agent.cloud_id is not None
 
-    reply = spot_reconcile.handler(
-        _interruptions_batch(corral, spot_warning(agent.cloud_id)), FakeLambdaContext()
-    )
+    reply = corral.interruptions(spot_warning(agent.cloud_id))
 
     assert reply == {"batchItemFailures": []}
     (trial,) = corral.ctx.store.trials()
@@ -78,13 +48,11 @@ def test_spot_warning_requeues_the_trial_and_wakes_the_scheduler(corral: Corral)
 
 
 def test_spot_warning_for_a_foreign_instance_changes_nothing(corral: Corral) -> None:
-    agent = _agent(corral, with_trial=True)
+    agent = corral.agent(with_trial=True)
     foreign = corral.run_foreign({"Name": "someone-else"})
     before = (corral.ctx.store.instances(), corral.ctx.store.trials())
 
-    reply = spot_reconcile.handler(
-        _interruptions_batch(corral, spot_warning(foreign)), FakeLambdaContext()
-    )
+    reply = corral.interruptions(spot_warning(foreign))
 
     assert reply == {"batchItemFailures": []}
     assert (corral.ctx.store.instances(), corral.ctx.store.trials()) == before
@@ -96,12 +64,12 @@ def test_spot_warning_for_a_foreign_instance_changes_nothing(corral: Corral) -> 
 def test_an_event_as_moto_delivers_it_is_applied(corral: Corral) -> None:
     """moto's EventBridge leaves ``account`` out of what it puts on SQS: Corral does not
     need it, so the notice is applied, not retried."""
-    agent = _agent(corral, with_trial=True)
+    agent = corral.agent(with_trial=True)
     assert agent.cloud_id is not None
     event = spot_warning(agent.cloud_id)
     del event["account"]
 
-    reply = spot_reconcile.handler(_interruptions_batch(corral, event), FakeLambdaContext())
+    reply = corral.interruptions(event)
 
     assert reply == {"batchItemFailures": []}
     (trial,) = corral.ctx.store.trials()
@@ -125,7 +93,7 @@ def test_an_unparseable_notice_is_dropped_and_only_a_transient_failure_is_retrie
 
     monkeypatch.setattr(spot_reconcile, "on_interruption_notice", store_down_for_flaky)
 
-    reply = spot_reconcile.handler(corral.batch([good, bad, junk, flaky]), FakeLambdaContext())
+    reply = corral.handle(spot_reconcile.handler, [good, bad, junk, flaky])
 
     # Retrying can never make the bad and junk records parse: they are dropped, and said so.
     assert reply == {"batchItemFailures": [{"itemIdentifier": flaky["messageId"]}]}
@@ -145,11 +113,11 @@ def test_reconcile_terminates_a_tagged_orphan_after_grace_never_an_untagged_one(
     untagged = corral.run_foreign()
     grace = corral.ctx.settings.reconcile.orphan_grace_s
 
-    spot_reconcile.handler(scheduled_event(), FakeLambdaContext())
+    corral.tick(spot_reconcile.handler)
     assert corral.state(orphan) == "running"  # within its grace period
 
     corral.clock.advance(grace + 1)
-    reply = spot_reconcile.handler(scheduled_event(), FakeLambdaContext())
+    reply = corral.tick(spot_reconcile.handler)
 
     assert any(orphan in applied for applied in reply["applied"])
     assert corral.state(orphan) in GONE
@@ -157,16 +125,16 @@ def test_reconcile_terminates_a_tagged_orphan_after_grace_never_an_untagged_one(
 
 
 def test_idle_reap_drains_then_terminates_an_idle_agent(corral: Corral) -> None:
-    agent = _agent(corral, with_trial=False)
+    agent = corral.agent(with_trial=False)
     assert agent.state is InstanceState.IDLE
     assert agent.cloud_id is not None
 
-    first = idle_reap.handler(scheduled_event(), FakeLambdaContext())
+    first = corral.tick(idle_reap.handler)
     assert first["drained"] == []  # not idle long enough yet
 
     corral.clock.advance(MAX_IDLE_S + 1)
-    drained = idle_reap.handler(scheduled_event(), FakeLambdaContext())
-    terminated = idle_reap.handler(scheduled_event(), FakeLambdaContext())
+    drained = corral.tick(idle_reap.handler)
+    terminated = corral.tick(idle_reap.handler)
 
     assert drained["drained"] == [agent.id]
     assert terminated["terminated"] == [agent.id]

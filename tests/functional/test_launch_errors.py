@@ -27,8 +27,6 @@ from tests.functional.conftest import (
     TAG_KEY,
     TAG_VALUE,
     Corral,
-    FakeLambdaContext,
-    scheduled_event,
     sqs_record,
 )
 from tests.moto_env import GPU_POOL_YAML_HEAD
@@ -161,7 +159,7 @@ def test_quota_error_backs_the_pool_off_and_shows_on_the_pending_trial(corral: C
     _plan(corral)
     (launch,) = corral.receive(QueueName.SCALE_UP)
 
-    reply = scale_up.handler(corral.batch([launch]), FakeLambdaContext())
+    reply = corral.handle(scale_up.handler, [launch])
 
     assert reply == {"batchItemFailures": []}  # a refusal is handled, not a failed record
     assert corral.calls["ec2.RunInstances"] == 1
@@ -178,7 +176,7 @@ def test_quota_error_backs_the_pool_off_and_shows_on_the_pending_trial(corral: C
     assert corral.receive(QueueName.SCALE_UP) == []  # no retry message while backed off
 
     # A schedule pass shows the wait on the pending trial.
-    schedule.handler(scheduled_event(), FakeLambdaContext())
+    corral.tick(schedule.handler)
     (trial,) = corral.ctx.store.trials()
     assert trial.state is TrialState.PENDING
     assert trial.pending_reason is not None
@@ -192,8 +190,8 @@ def test_quota_error_backs_the_pool_off_and_shows_on_the_pending_trial(corral: C
     # no call to EC2; neither do more schedule passes.
     corral.clock.advance(20.0)
     again = sqs_record(str(launch["eventSourceARN"]), json.dumps(_message(record.id, 1)))
-    assert scale_up.handler(corral.batch([again]), FakeLambdaContext()) == {"batchItemFailures": []}
-    schedule.handler(scheduled_event(), FakeLambdaContext())
+    assert corral.handle(scale_up.handler, [again]) == {"batchItemFailures": []}
+    corral.tick(schedule.handler)
     assert corral.calls["ec2.RunInstances"] == 1
     assert corral.instances() == {}
 
@@ -201,7 +199,7 @@ def test_quota_error_backs_the_pool_off_and_shows_on_the_pending_trial(corral: C
     # the schedule pass and launches; success clears the backoff.
     corral.stop_failing_run_instances("VcpuLimitExceeded")
     corral.clock.advance(corral.ctx.settings.redrive_after_s)
-    schedule.handler(scheduled_event(), FakeLambdaContext())
+    corral.tick(schedule.handler)
     _launch(corral)
     assert corral.calls["ec2.RunInstances"] == 2
     (record,) = corral.ctx.store.instances()

@@ -17,8 +17,6 @@ from tests.functional.conftest import (
     TAG_KEY,
     TAG_VALUE,
     Corral,
-    FakeLambdaContext,
-    scheduled_event,
     sqs_record,
 )
 
@@ -40,7 +38,7 @@ def _plan_one_launch(corral: Corral) -> list[dict[str, object]]:
 def test_submitted_experiment_launches_one_tagged_instance(corral: Corral) -> None:
     records = _plan_one_launch(corral)
 
-    reply = scale_up.handler(corral.batch(records), FakeLambdaContext())
+    reply = corral.handle(scale_up.handler, records)
 
     assert reply == {"batchItemFailures": []}
     (record,) = corral.ctx.store.instances()
@@ -62,8 +60,8 @@ def test_schedule_coalesces_a_batch_and_the_timer_into_single_passes(corral: Cor
     records = corral.receive(QueueName.SCHEDULE)
     assert len(records) == 2
 
-    schedule.handler(corral.batch(records), FakeLambdaContext())
-    schedule.handler(scheduled_event(), FakeLambdaContext())  # nothing new to do
+    corral.handle(schedule.handler, records)
+    corral.tick(schedule.handler)  # nothing new to do
 
     # One pass planned both trials' launches; the timer pass planned nothing more.
     assert len(corral.ctx.store.instances()) == 2
@@ -74,7 +72,7 @@ def test_duplicated_launch_message_in_one_batch_launches_one_instance(corral: Co
     (record,) = _plan_one_launch(corral)
     twin = sqs_record(str(record["eventSourceARN"]), str(record["body"]))
 
-    reply = scale_up.handler(corral.batch([record, twin]), FakeLambdaContext())
+    reply = corral.handle(scale_up.handler, [record, twin])
 
     assert reply == {"batchItemFailures": []}
     assert len(corral.instances()) == 1
@@ -97,7 +95,7 @@ def test_a_failing_record_is_the_only_batch_item_failure(
     # Reported failed (SQS dead-letters it after maxReceiveCount), never run.
     bad = sqs_record(str(good["eventSourceARN"]), poison, "bad-message")
 
-    reply = scale_up.handler(corral.batch([bad, good]), FakeLambdaContext())
+    reply = corral.handle(scale_up.handler, [bad, good])
 
     assert reply == {"batchItemFailures": [{"itemIdentifier": "bad-message"}]}
     assert len(corral.instances()) == 1  # the good record still launched
@@ -117,7 +115,7 @@ def test_a_schedule_message_not_understood_still_runs_the_pass(corral: Corral) -
     (record,) = corral.receive(QueueName.SCHEDULE)
     odd = sqs_record(str(record["eventSourceARN"]), '{"kind":"mystery","body":{}}', "odd")
 
-    reply = schedule.handler(corral.batch([odd, record]), FakeLambdaContext())
+    reply = corral.handle(schedule.handler, [odd, record])
 
     assert reply == {"batchItemFailures": []}  # not retried: the pass ran anyway
     assert len(corral.ctx.store.instances()) == 1

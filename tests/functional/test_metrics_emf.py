@@ -13,15 +13,12 @@ import pytest
 from corral.domain.cost import month_start_utc
 from corral.handlers.aws import idle_reap, observability, scale_up, schedule
 from corral.ports.queue import QueueName
-from corral.services.kill import kill_experiment
 from tests.functional.conftest import (
     CLUSTER_YAML,
     MAX_IDLE_S,
     TAG_KEY,
     TAG_VALUE,
     Corral,
-    FakeLambdaContext,
-    scheduled_event,
 )
 
 
@@ -42,6 +39,11 @@ def _values(blobs: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def _printed(capsys: pytest.CaptureFixture[str]) -> dict[str, float]:
+    """The metric values printed since the last read."""
+    return _values(_emf(capsys))
+
+
 def _units(blobs: list[dict[str, Any]]) -> dict[str, str]:
     return {
         m["Name"]: m["Unit"]
@@ -58,7 +60,7 @@ def test_schedule_pass_reports_pending_trials_idle_instances_and_latency(
     corral.submit(slots=1)
     capsys.readouterr()
 
-    schedule.handler(scheduled_event(), FakeLambdaContext())
+    corral.tick(schedule.handler)
 
     blobs = _emf(capsys)
     values = _values(blobs)
@@ -105,9 +107,9 @@ def test_breaker_open_and_budget_reached_are_counted_per_pool(
     )
     capsys.readouterr()
 
-    schedule.handler(scheduled_event(), FakeLambdaContext())
+    corral.tick(schedule.handler)
 
-    values = _values(_emf(capsys))
+    values = _printed(capsys)
     assert values["PoolsBreakerOpen"] == 1
     assert values["PoolsBudgetReached"] == 1
 
@@ -116,26 +118,20 @@ def test_idle_agent_is_counted_then_its_termination(
     corral: Corral, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # An agent that comes up with nothing to do: its experiment is killed before it registers.
-    submitted = corral.submit(slots=1)
-    corral.deliver(QueueName.SCHEDULE, schedule.handler)
-    corral.deliver(QueueName.SCALE_UP, scale_up.handler)
-    (record,) = corral.ctx.store.instances()
-    kill_experiment(corral.ctx, submitted.experiment.id)
-    corral.register(record)
-    corral.receive(QueueName.SCHEDULE)
+    corral.agent(with_trial=False)
     capsys.readouterr()
 
-    schedule.handler(scheduled_event(), FakeLambdaContext())
-    gauges = _values(_emf(capsys))
+    corral.tick(schedule.handler)
+    gauges = _printed(capsys)
     assert gauges["IdleInstances"] == 1
     assert gauges["PendingTrials"] == 0
 
-    idle_reap.handler(scheduled_event(), FakeLambdaContext())
-    assert _values(_emf(capsys))["Terminations"] == 0  # zeros too: 0 on a dashboard, no gap
+    corral.tick(idle_reap.handler)
+    assert _printed(capsys)["Terminations"] == 0  # zeros too: 0 on a dashboard, no gap
     corral.clock.advance(MAX_IDLE_S + 1)
-    idle_reap.handler(scheduled_event(), FakeLambdaContext())  # drains
-    idle_reap.handler(scheduled_event(), FakeLambdaContext())  # terminates
-    reaped = _values(_emf(capsys))
+    corral.tick(idle_reap.handler)  # drains
+    corral.tick(idle_reap.handler)  # terminates
+    reaped = _printed(capsys)
     assert reaped["AgentsDrained"] == 1
     assert reaped["Terminations"] == 1
 
@@ -144,24 +140,24 @@ def test_launches_and_capacity_errors_from_the_scale_up_handler(
     corral: Corral, capsys: pytest.CaptureFixture[str]
 ) -> None:
     corral.submit(slots=1)
-    schedule.handler(scheduled_event(), FakeLambdaContext())
+    corral.tick(schedule.handler)
     corral.fail_run_instances("InsufficientInstanceCapacity")
     capsys.readouterr()
 
     corral.deliver(QueueName.SCALE_UP, scale_up.handler)
 
-    refused = _values(_emf(capsys))
+    refused = _printed(capsys)
     assert refused["CapacityErrors"] == 1
     assert refused["LaunchErrors"] == 1
     assert refused.get("Launches", 0) == 0
 
     corral.stop_failing_run_instances("InsufficientInstanceCapacity")
     corral.clock.advance(600)  # past any retry delay of the record
-    schedule.handler(scheduled_event(), FakeLambdaContext())  # re-drives if still queued
+    corral.tick(schedule.handler)  # re-drives if still queued
     capsys.readouterr()
     corral.deliver(QueueName.SCALE_UP, scale_up.handler)
 
-    launched = _values(_emf(capsys))
+    launched = _printed(capsys)
     assert launched["Launches"] == 1
     assert launched["CapacityErrors"] == 0
 

@@ -83,7 +83,11 @@ def test_every_variable_used_is_declared_and_every_uploaded_path_exists() -> Non
     declared = set(re.findall(r'^variable "([a-z_0-9]+)"', text, re.M))
     used = set(re.findall(r"\bvar\.([a-z_0-9]+)", text))
     assert used <= declared, used - declared
-    for source in re.findall(r'source\s*=\s*"\$\{path\.root\}/([^"]+)"', text):
+    # Every local path the template names (a file provisioner's source, or an item of the
+    # upload lists in locals) exists.
+    uploads = re.findall(r'"\$\{path\.root\}/([^"]+)"', text)
+    assert len(uploads) >= 7, uploads
+    for source in uploads:
         assert (IMAGE / source).exists(), source
     # Every script the builds run is in the repository, under the path it is uploaded to.
     for script in re.findall(r"bash /tmp/corral-image/(\S+?)\"", text):

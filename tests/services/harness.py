@@ -171,6 +171,12 @@ class Cluster:
         body = {"entrypoint": "python train.py", **config}
         return submit_experiment(self.ctx, ExperimentConfig.model_validate(body))
 
+    def submit_scripted(self, script: Script, **config: object) -> str:
+        """Submit an experiment whose (first) trial runs as ``script``; that trial's id."""
+        trial_id = self.submit(**config).trials[0].id
+        self.scripts[trial_id] = script
+        return trial_id
+
     def pump(self, limit: int = 200) -> None:
         """Deliver queued messages to the services until the queues are quiet."""
         for _ in range(limit):
@@ -231,8 +237,9 @@ def running_cluster(
     """A cluster running one long trial of ``slots`` GPUs (a gang when it needs several
     agents): submitted, launched, registered and RUNNING."""
     cluster = Cluster(make_pool(*offerings, **pool_settings))
-    trial_id = cluster.submit(resources={"slots_per_trial": slots}).trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    trial_id = cluster.submit_scripted(
+        Script(duration_s=10_000), resources={"slots_per_trial": slots}
+    )
     cluster.pump()
     cluster.run(run_s)
     assert cluster.trial(trial_id).state.value == "RUNNING"

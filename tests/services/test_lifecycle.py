@@ -11,9 +11,7 @@ from .harness import Cluster, Script, make_pool
 
 def test_submit_launch_run_complete_and_reap() -> None:
     cluster = Cluster(make_pool(max_idle_s=60.0))
-    submitted = cluster.submit(name="one")
-    trial_id = submitted.trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=100)
+    trial_id = cluster.submit_scripted(Script(duration_s=100), name="one")
     cluster.pump()
 
     (record,) = cluster.instances()

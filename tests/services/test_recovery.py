@@ -88,8 +88,7 @@ def test_a_silent_agent_is_marked_lost_its_trial_requeued_then_terminated() -> N
 
 def test_user_errors_restart_until_max_restarts_then_fail() -> None:
     cluster = Cluster(make_pool())
-    trial_id = cluster.submit(max_restarts=1).trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=10, exit_code=3)
+    trial_id = cluster.submit_scripted(Script(duration_s=10, exit_code=3), max_restarts=1)
     cluster.pump()
     cluster.run(200)
     trial = cluster.trial(trial_id)

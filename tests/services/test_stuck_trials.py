@@ -113,9 +113,7 @@ def test_a_stop_never_confirmed_is_cancelled_after_the_deadline() -> None:
 
 def test_checkpoints_reported_every_heartbeat_do_not_flood_the_event_log() -> None:
     cluster = Cluster(make_pool(max_idle_s=600.0))
-    submitted = cluster.submit(name="ckpt")
-    trial_id = submitted.trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    trial_id = cluster.submit_scripted(Script(duration_s=10_000), name="ckpt")
     cluster.pump()
     cluster.run(40)
     (agent,) = cluster.agents.values()

@@ -33,8 +33,7 @@ class LaggingCloud:
 
 def drained_agent() -> tuple[Cluster, Instance]:
     cluster = Cluster(make_pool())
-    trial_id = cluster.submit(name="one").trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=20)
+    cluster.submit_scripted(Script(duration_s=20), name="one")
     cluster.pump()
     cluster.run(90)
     (idle,) = cluster.instances()

@@ -25,9 +25,10 @@ How to add a step, and the test to write with it: docs/upgrades.md.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from corral.adapters.record_types import hints
 from corral.domain.instance import Instance
@@ -51,6 +52,20 @@ class ValueCodec(Protocol):
     def encode(self, value: Any, tp: Any) -> Any: ...
 
     def decode(self, raw: Any, tp: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class CodecFunctions:
+    """A store's :class:`ValueCodec`: its codec module's two value functions."""
+
+    encode_value: Callable[[Any, Any], Any]
+    decode_value: Callable[[Any, Any], Any]
+
+    def encode(self, value: Any, tp: Any) -> Any:
+        return self.encode_value(value, tp)
+
+    def decode(self, raw: Any, tp: Any) -> Any:
+        return self.decode_value(raw, tp)
 
 
 @dataclass(frozen=True)
@@ -193,3 +208,24 @@ SCHEMA = Schema(
         Kind("metric summary", MetricSummary, ("trial_id", "kind")),
     )
 )
+
+
+D = TypeVar("D")
+
+
+def decode_record(cls: type[D], stored: Mapping[str, Any], codec: ValueCodec) -> D:
+    """Build ``cls`` from a store's attributes (``codec`` decodes one value); attributes that
+    are not fields (keys, TTL) are ignored. Attributes of an older schema version are migrated
+    first; of a newer one refused (``NewerSchemaError``) unless they say this code may read
+    them. A field left out takes its default (None for an optional field without one)."""
+    kind = SCHEMA.kind_of(cls)
+    if kind is not None:
+        stored = SCHEMA.upgrade(kind, StoredFields(stored, codec)).raw
+    field_types = hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in stored:
+            kwargs[f.name] = codec.decode(stored[f.name], field_types[f.name])
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs[f.name] = None  # an optional field without a default, stored as None
+    return cls(**kwargs)

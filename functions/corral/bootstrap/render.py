@@ -164,6 +164,15 @@ def launch_script(
         raise LaunchError(LaunchErrorClass.INVALID_CONFIG, too_large_code, str(error)) from error
 
 
+def check_script_size(script: str, max_bytes: int, too_large_code: str, reason: str) -> None:
+    """Refuse a bootstrap over the cloud's size limit before the cloud is called. ``reason``
+    is the message with ``{size}`` for the script's bytes (``user data is {size} bytes, EC2
+    allows 16384``)."""
+    size = len(script.encode())
+    if size > max_bytes:
+        raise LaunchError.invalid_config(too_large_code, reason.format(size=size))
+
+
 def render_bootstrap(settings: BootstrapSettings, max_bytes: int = EC2_USER_DATA_LIMIT) -> str:
     template = resources.files("corral.bootstrap").joinpath("agent_bootstrap.sh.tmpl")
     text = template.read_text(encoding="utf-8")

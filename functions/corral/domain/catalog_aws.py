@@ -87,33 +87,27 @@ _SIZE_VCPUS = {
     "18xlarge": 72, "24xlarge": 96, "32xlarge": 128, "48xlarge": 192,
 }  # fmt: skip
 
+# The sizes most families come in (the 5th generation's, plus 32xlarge / 48xlarge after it).
+_SIZES_5 = ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge", "24xlarge")
+_SIZES_C5 = ("large", "xlarge", "2xlarge", "4xlarge", "9xlarge", "12xlarge", "18xlarge", "24xlarge")
+
 # family: (USD per vCPU-hour on demand, GiB per vCPU, sizes). Spot: about 40% of on-demand.
 _CPU_FAMILIES: dict[str, tuple[float, float, tuple[str, ...]]] = {
     "m4": (0.05, 4, ("large", "xlarge", "2xlarge", "4xlarge", "10xlarge", "16xlarge")),
-    "m5": (0.048, 4, ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge",
-                      "16xlarge", "24xlarge")),
-    "m5d": (0.0565, 4, ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge",
-                        "16xlarge", "24xlarge")),
-    "m5n": (0.0595, 4, ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge",
-                        "16xlarge", "24xlarge")),
-    "m5dn": (0.068, 4, ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge",
-                        "16xlarge", "24xlarge")),
+    "m5": (0.048, 4, _SIZES_5),
+    "m5d": (0.0565, 4, _SIZES_5),
+    "m5n": (0.0595, 4, _SIZES_5),
+    "m5dn": (0.068, 4, _SIZES_5),
     "m5zn": (0.0826, 4, ("large", "xlarge", "2xlarge", "3xlarge", "6xlarge", "12xlarge")),
-    "m6i": (0.048, 4, ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge",
-                       "16xlarge", "24xlarge", "32xlarge")),
-    "m7i": (0.0504, 4, ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge",
-                        "16xlarge", "24xlarge", "48xlarge")),
+    "m6i": (0.048, 4, (*_SIZES_5, "32xlarge")),
+    "m7i": (0.0504, 4, (*_SIZES_5, "48xlarge")),
     "c4": (0.04975, 1.875, ("large", "xlarge", "2xlarge", "4xlarge")),
-    "c5": (0.0425, 2, ("large", "xlarge", "2xlarge", "4xlarge", "9xlarge", "12xlarge",
-                       "18xlarge", "24xlarge")),
-    "c5d": (0.048, 2, ("large", "xlarge", "2xlarge", "4xlarge", "9xlarge", "12xlarge",
-                       "18xlarge", "24xlarge")),
+    "c5": (0.0425, 2, _SIZES_C5),
+    "c5d": (0.048, 2, _SIZES_C5),
     "c5n": (0.054, 2.625, ("large", "xlarge", "2xlarge", "4xlarge", "9xlarge", "18xlarge")),
-    "c6i": (0.0425, 2, ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge",
-                        "16xlarge", "24xlarge", "32xlarge")),
-    "c7i": (0.04463, 2, ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge",
-                         "16xlarge", "24xlarge", "48xlarge")),
-}  # fmt: skip
+    "c6i": (0.0425, 2, (*_SIZES_5, "32xlarge")),
+    "c7i": (0.04463, 2, (*_SIZES_5, "48xlarge")),
+}
 _CPU_SPOT_SHARE = 0.4
 
 

@@ -51,6 +51,11 @@ class LaunchError(Exception):
         self.code = code
         self.message = message
 
+    @classmethod
+    def invalid_config(cls, code: str, message: str) -> LaunchError:
+        """A launch that cannot succeed as the pool is configured (it fails the record)."""
+        return cls(LaunchErrorClass.INVALID_CONFIG, code, message)
+
 
 class ConflictError(Exception):
     """A conditional write lost: someone else changed the record first. Re-read and retry."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from typing import Literal
 
 from corral.domain.config import (
     ClusterConfig,
@@ -41,3 +42,28 @@ def parse_cluster_config(
     for warning in loaded.warnings:
         log.warning("cluster config from %s: %s", source, warning)
     return loaded.config
+
+
+def check_pools(
+    config: ClusterConfig,
+    cloud: Literal["aws", "gcp"],
+    allowed: tuple[str | None, str | None],
+    mismatch: str,
+) -> None:
+    """Refuse pools this deployment cannot serve, at start instead of at the first launch:
+    another cloud's pools, and pools marked with another ownership pair than the ``allowed``
+    (key, value) the deployment's IAM permits, when it names one. ``mismatch`` words that
+    refusal: a template of ``{pool}``, ``{owner}`` and ``{allowed}``."""
+    key, value = allowed
+    for pool in config.resource_pools:
+        if pool.cloud != cloud:
+            raise CompositionError(
+                f"pool {pool.name!r} is a {pool.cloud} pool; this is {cloud.upper()}"
+            )
+        owner = pool.ownership
+        if key and value and (owner.key, owner.value) != (key, value):
+            raise CompositionError(
+                mismatch.format(
+                    pool=pool.name, owner=f"{owner.key}={owner.value}", allowed=f"{key}={value}"
+                )
+            )

@@ -27,6 +27,7 @@ from corral.api.auth import mint_agent_token
 from corral.domain.catalog import gpus_for
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.local import faults
+from corral.local.loops import run_until_stopped
 from corral.local.proctree import stop_tree
 from corral.local.state import StateDir
 
@@ -108,14 +109,10 @@ class InstanceEmulator:
         self.thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception:
-                if self._stop.is_set():
-                    return
-                log.exception("instance emulator tick failed; retrying")
-            self._stop.wait(self._settings.poll_s)
+        poll_s = self._settings.poll_s
+        run_until_stopped(
+            self._stop, self.tick, log, "instance emulator tick", every_s=poll_s, retry_s=poll_s
+        )
 
     # ---- one pass ---------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:

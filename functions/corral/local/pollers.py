@@ -21,6 +21,7 @@ from typing import Any
 
 from corral.local.eventbridge import account_of, complete_message
 from corral.local.lambda_host import FunctionHost
+from corral.local.loops import run_until_stopped
 from corral.local.resources import QueueSource
 
 log = logging.getLogger(__name__)
@@ -97,14 +98,9 @@ class QueuePoller:
         self.thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll_once()
-            except Exception:
-                if self._stop.is_set():
-                    return  # moto went away during shutdown
-                log.exception("poller for %s failed; retrying", self.source.queue_url)
-                self._stop.wait(1.0)
+        # poll_once long-polls: no pause between polls, one second after a failure.
+        what = f"poller for {self.source.queue_url}"
+        run_until_stopped(self._stop, self.poll_once, log, what, retry_s=1.0)
 
     def poll_once(self) -> int:
         """One receive and delivery; returns how many messages were received."""

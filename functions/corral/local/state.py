@@ -51,6 +51,16 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+class _InRoot:
+    """A file or directory below the state directory, read as an attribute of it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, state: StateDir, owner: type[StateDir] | None = None) -> Path:
+        return state.root / self.name
+
+
 @dataclass(frozen=True)
 class StateDir:
     root: Path
@@ -59,42 +69,16 @@ class StateDir:
     def default(cls) -> StateDir:
         return cls(default_state_dir())
 
-    # ---- paths -------------------------------------------------------------------------
-    @property
-    def pid_file(self) -> Path:
-        return self.root / "stack.pid"
-
-    @property
-    def endpoint_file(self) -> Path:
-        return self.root / "endpoint"
-
-    @property
-    def aws_endpoint_file(self) -> Path:
-        return self.root / "aws_endpoint"
-
-    @property
-    def token_file(self) -> Path:
-        return self.root / "token"
-
-    @property
-    def users_file(self) -> Path:
-        return self.root / "users.json"
-
-    @property
-    def agent_secret_file(self) -> Path:
-        return self.root / "agent_secret"
-
-    @property
-    def children_file(self) -> Path:
-        return self.root / "children"
-
-    @property
-    def faults_file(self) -> Path:
-        return self.root / "faults.json"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
+    # ---- paths (the files the module docstring lists) -----------------------------------
+    pid_file = _InRoot("stack.pid")
+    endpoint_file = _InRoot("endpoint")
+    aws_endpoint_file = _InRoot("aws_endpoint")
+    token_file = _InRoot("token")
+    users_file = _InRoot("users.json")
+    agent_secret_file = _InRoot("agent_secret")
+    children_file = _InRoot("children")
+    faults_file = _InRoot("faults.json")
+    logs = _InRoot("logs")
 
     def agent_dir(self, instance_id: str) -> Path:
         return self.root / "agents" / instance_id

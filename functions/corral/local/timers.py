@@ -20,16 +20,20 @@ from corral.local.resources import TimerSource
 log = logging.getLogger(__name__)
 
 
-def scheduled_event(source: TimerSource, region: str, account: str) -> dict[str, Any]:
+def scheduled_event(
+    rule_arn: str, region: str, account: str, time: str | None = None
+) -> dict[str, Any]:
+    """The event an EventBridge schedule rule hands its function (the tests build theirs
+    here too); ``time`` as ``2025-01-01T00:00:00Z``, now when left out."""
     return {
         "version": "0",
         "id": str(uuid.uuid4()),
         "detail-type": "Scheduled Event",
         "source": "aws.events",
         "account": account,
-        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "time": time or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "region": region,
-        "resources": [source.rule_arn],
+        "resources": [rule_arn],
         "detail": {},
     }
 
@@ -59,7 +63,7 @@ class Timer:
         self.thread.start()
 
     def fire(self) -> None:
-        event = scheduled_event(self.source, self._region, self._account)
+        event = scheduled_event(self.source.rule_arn, self._region, self._account)
         try:
             self._host.invoke(self.source.function, event)
         except Exception:

@@ -18,7 +18,7 @@ Contract (held by every adapter, checked by tests/contract):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from corral.domain.errors import ConflictError
@@ -28,6 +28,31 @@ from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolSta
 from corral.domain.trial import Trial, TrialState
 
 Record = Instance | Trial | Experiment | PoolState
+# A store's name (table, collection) for each kind of record.
+RecordKinds = Mapping[type[Record], str]
+
+
+def record_key(record: Record, kinds: RecordKinds) -> tuple[str, str]:
+    """(kind, key): what makes two records in one commit the same record. Records are keyed by
+    id, a pool's state by the pool's name."""
+    for record_type, kind in kinds.items():
+        if isinstance(record, record_type):
+            return kind, record.pool if isinstance(record, PoolState) else record.id
+    raise TypeError(f"not a storable record: {type(record).__name__}")
+
+
+def commit_keys(
+    records: Sequence[Record], kinds: RecordKinds, most: int, limit: str
+) -> list[tuple[str, str]]:
+    """The records' keys, after the checks every store makes before a commit: no record named
+    twice, and at most ``most`` records (``limit`` says whose limit that is)."""
+    keys = [record_key(r, kinds) for r in records]
+    if len(set(keys)) != len(keys):
+        dupes = sorted({f"{k[0]} {k[1]}" for k in keys if keys.count(k) > 1})
+        raise ValueError(f"one commit names the same record twice: {', '.join(dupes)}")
+    if len(records) > most:
+        raise ValueError(f"{len(records)} records in one commit; {limit}")
+    return keys
 
 
 class Store(Protocol):

@@ -3,7 +3,6 @@ paging, batching, retries), how a lost transaction is reported, and the table sc
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -11,15 +10,15 @@ from collections.abc import Iterator
 from dataclasses import replace
 from decimal import Context
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.adapters.aws import dynamo_schema as schema
-from corral.adapters.aws.dynamo_codec import decode_fields, encode_fields, sortable_float
+from corral.adapters.aws.dynamo_codec import decode_fields, encode_fields
 from corral.adapters.aws.dynamo_store import DynamoStore
+from corral.adapters.record_types import sortable_float
 from corral.domain.errors import ConflictError
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState, new_instance
 from corral.domain.offerings import CapacityMemory, CapacityType, Offering
@@ -34,24 +33,18 @@ from corral.domain.records import (
 )
 from corral.domain.state_machine import HistoryEntry
 from corral.domain.trial import Placement, Trial, TrialState, new_trial
+from tests.moto_env import moto_environ
 
 moto = pytest.importorskip("moto")
 T0 = 1_700_000_000.0
 OFFERING = Offering("g5.xlarge", "subnet-a", CapacityType.SPOT, 4, 0.45)
-ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
-}
 
 
 @pytest.fixture
 def store() -> Iterator[DynamoStore]:
     import boto3
 
-    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"} | ENV
-    with mock.patch.dict(os.environ, env, clear=True), moto.mock_aws():
+    with moto_environ(), moto.mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         schema.create_tables(client, "t-")
         yield DynamoStore(client, prefix="t-", sleep=lambda _: None)

@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
-from unittest import mock
 
 import pytest
 
 from corral.adapters.aws.sqs_queue import SendError, SqsQueue, group_id, parse_sqs_body
 from corral.ports.queue import Message, QueueName
+from tests.moto_env import moto_environ
 
 moto = pytest.importorskip("moto")
-ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 @pytest.fixture
 def sqs() -> Iterator[Any]:
     import boto3
 
-    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"} | ENV
-    with mock.patch.dict(os.environ, env, clear=True), moto.mock_aws():
+    with moto_environ(), moto.mock_aws():
         yield boto3.client("sqs", region_name="us-east-1")
 
 

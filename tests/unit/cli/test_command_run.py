@@ -87,14 +87,16 @@ class Agent:
         agent_service.append_logs(self.cluster.ctx, agent_id, cloud_id, self.trial_id, batch)
 
 
+@pytest.fixture
+def agent(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Agent:
+    return Agent(cluster, monkeypatch)
+
+
 def cli(*args: str) -> Any:
     return CliRunner().invoke(app, list(args))
 
 
-def test_output_shipped_after_the_terminal_status_is_still_printed(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    agent = Agent(cluster, monkeypatch)
+def test_output_shipped_after_the_terminal_status_is_still_printed(agent: Agent) -> None:
     agent.steps = [
         agent.start,
         # The agent's status overtook its last log batch: the lines come a poll later.
@@ -106,10 +108,7 @@ def test_output_shipped_after_the_terminal_status_is_still_printed(
     assert result.stdout.splitlines() == ["hi"]
 
 
-def test_exits_with_the_commands_own_exit_code(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    agent = Agent(cluster, monkeypatch)
+def test_exits_with_the_commands_own_exit_code(agent: Agent, cluster: Cluster) -> None:
     agent.steps = [
         agent.start,
         lambda: agent.ship("before exit"),
@@ -123,13 +122,10 @@ def test_exits_with_the_commands_own_exit_code(
     assert experiment.config["entrypoint"] == ["sh", "-c", "echo before exit; exit 3"]
 
 
-def test_the_documented_invocation_needs_no_double_dash(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_documented_invocation_needs_no_double_dash(agent: Agent, cluster: Cluster) -> None:
     """examples/command.yaml: ``corral command run --config-file examples/command.yaml ls -l
     /second``: options before the command line are the CLI's, everything after is the
     command's (its own ``-l`` included)."""
-    agent = Agent(cluster, monkeypatch)
     agent.steps = [
         agent.start,
         lambda: agent.ship("total 0"),
@@ -148,10 +144,7 @@ def test_the_documented_invocation_needs_no_double_dash(
     assert experiment.config["bind_mounts"][0]["container_path"] == "/second"
 
 
-def test_a_killed_command_exits_nonzero_with_one_line_why(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    agent = Agent(cluster, monkeypatch)
+def test_a_killed_command_exits_nonzero_with_one_line_why(agent: Agent, cluster: Cluster) -> None:
 
     def kill() -> None:
         (experiment,) = cluster.store.experiments()
@@ -171,10 +164,7 @@ def test_a_killed_command_exits_nonzero_with_one_line_why(
     assert len(why) == 1 and "killed by user" in why[0]
 
 
-def test_output_that_never_arrives_does_not_hang_the_cli(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    agent = Agent(cluster, monkeypatch)
+def test_output_that_never_arrives_does_not_hang_the_cli(agent: Agent) -> None:
     agent.steps = [agent.start, lambda: agent.status(AgentTrialState.EXITED, 0, end=1000)]
     result = cli("command", "run", "--", "echo", "lost")
     assert result.exit_code == 0, result.output

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from config_helpers import aws_pool, dump, gcp_pool
+from config_helpers import aws_pool, cluster_problems, dump, gcp_pool
 
 from corral.domain.config import (
     ClusterConfig,
@@ -18,16 +18,9 @@ from corral.domain.config import (
     ConfigError,
     ExperimentConfig,
     cluster_config_from_mapping,
-    load_cluster_config,
     load_experiment_config,
     validate,
 )
-
-
-def cluster_problems(data: dict[str, Any]) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        load_cluster_config(dump(data))
-    return [str(p) for p in info.value.problems]
 
 
 def named(name: str, pool: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from config_helpers import EXAMPLES, aws_pool, dump, gcp_pool
+from config_helpers import EXAMPLES, aws_pool, cluster_problems, dump, gcp_pool
 
 from corral.domain.config import (
     AwsProvider,
@@ -16,12 +16,6 @@ from corral.domain.config import (
     load_cluster_config,
 )
 from corral.domain.offerings import CapacityType
-
-
-def problems(data: dict[str, Any]) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        load_cluster_config(dump(data))
-    return [str(p) for p in info.value.problems]
 
 
 def one_pool(**provider: Any) -> dict[str, Any]:
@@ -60,13 +54,13 @@ def test_config_is_frozen() -> None:
 
 
 def test_max_below_min_is_reported_at_max_instances() -> None:
-    assert problems(one_pool(min_instances=3, max_instances=2)) == [
+    assert cluster_problems(one_pool(min_instances=3, max_instances=2)) == [
         "resource_pools[0].provider.max_instances: must be >= min_instances"
     ]
 
 
 def test_spot_max_price_needs_spot() -> None:
-    assert problems(one_pool(spot_max_price="0.90")) == [
+    assert cluster_problems(one_pool(spot_max_price="0.90")) == [
         "resource_pools[0].provider.spot_max_price: only allowed with spot: true"
     ]
     provider = load_cluster_config(dump(one_pool(spot=True, spot_max_price="0.90")))
@@ -74,7 +68,7 @@ def test_spot_max_price_needs_spot() -> None:
 
 
 def test_unknown_instance_type_needs_instance_slots() -> None:
-    assert problems(one_pool(instance_type=["p3.8xlarge", "x9.large"])) == [
+    assert cluster_problems(one_pool(instance_type=["p3.8xlarge", "x9.large"])) == [
         "resource_pools[0].provider.instance_slots: required because instance type "
         "'x9.large' is not in the catalog (set the number of GPUs it has)"
     ]
@@ -84,14 +78,14 @@ def test_unknown_instance_type_needs_instance_slots() -> None:
 
 def test_duplicate_pool_names() -> None:
     data = {"resource_pools": [aws_pool(), aws_pool()]}
-    assert problems(data) == [
+    assert cluster_problems(data) == [
         "resource_pools[1].name: duplicate pool name 'default' (also resource_pools[0])"
     ]
 
 
 def test_default_pool_must_exist() -> None:
     data = {**one_pool(), "default_resource_pool": "big"}
-    assert problems(data) == ["default_resource_pool: no pool named 'big' (pools: default)"]
+    assert cluster_problems(data) == ["default_resource_pool: no pool named 'big' (pools: default)"]
 
 
 def test_default_pool_defaults_to_first() -> None:
@@ -115,7 +109,7 @@ def test_field_errors_are_all_reported_with_paths() -> None:
         network_interface={"subnet_id": ["subnet-1", "vpc-2"], "security_group_id": "x"},
         iam_instance_profile_arn="arn:aws:iam::123:role/x",
     )
-    assert problems(data) == [
+    assert cluster_problems(data) == [
         "resource_pools[0].provider.region: must be an AWS region such as us-east-1, got 'US East'",
         "resource_pools[0].provider.image_id: must be an AMI id such as ami-0123456789abcdef0, "
         "got '<AMI id>'",
@@ -133,23 +127,23 @@ def test_field_errors_are_all_reported_with_paths() -> None:
 
 def test_discriminator_problems() -> None:
     data = {"resource_pools": [aws_pool(type="azure"), {"name": "b", "provider": {}}]}
-    assert problems(data) == [
+    assert cluster_problems(data) == [
         "resource_pools[0].provider.type: must be one of 'aws', 'gcp' (got 'azure')",
         "resource_pools[1].provider.type: required",
     ]
 
 
 def test_empty_and_missing_pools() -> None:
-    assert problems({"resource_pools": []}) == ["resource_pools: must not be empty"]
-    assert problems({"default_resource_pool": "x"}) == ["resource_pools: required"]
-    assert problems({"resource_pools": [{"provider": aws_pool()["provider"]}]}) == [
+    assert cluster_problems({"resource_pools": []}) == ["resource_pools: must not be empty"]
+    assert cluster_problems({"default_resource_pool": "x"}) == ["resource_pools: required"]
+    assert cluster_problems({"resource_pools": [{"provider": aws_pool()["provider"]}]}) == [
         "resource_pools[0].name: required"
     ]
 
 
 def test_custom_tags_cannot_override_ownership() -> None:
     data = one_pool(custom_tags=[{"key": "team", "value": "a"}, {"key": "managed-by"}])
-    assert problems(data) == [
+    assert cluster_problems(data) == [
         "resource_pools[0].provider.custom_tags[1].key: 'managed-by' is set by Corral "
         "(ownership tag or instance name)"
     ]
@@ -161,7 +155,9 @@ def test_simulation_key_is_tolerated() -> None:
 
 
 def test_unknown_top_level_key_is_an_error() -> None:
-    assert problems({**one_pool(), "resource_pool": "x"}) == ["resource_pool: unknown field"]
+    assert cluster_problems({**one_pool(), "resource_pool": "x"}) == [
+        "resource_pool: unknown field"
+    ]
 
 
 def test_pool_name_alias() -> None:
@@ -278,7 +274,7 @@ def test_gcp_several_machine_types_and_preemptible_means_spot() -> None:
 )
 def test_gcp_gpu_rules(instance_type: Any, message: str) -> None:
     data = {"resource_pools": [gcp_pool(instance_type=instance_type)]}
-    assert problems(data) == [f"resource_pools[0].provider.{message}"]
+    assert cluster_problems(data) == [f"resource_pools[0].provider.{message}"]
 
 
 def test_gcp_label_and_name_rules() -> None:
@@ -293,7 +289,7 @@ def test_gcp_label_and_name_rules() -> None:
             )
         ]
     }
-    assert problems(data) == [
+    assert cluster_problems(data) == [
         "resource_pools[0].provider.project: must be a GCP project id such as my-project-123, "
         "got 'x'",
         "resource_pools[0].provider.zone: must be a GCE zone such as us-central1-a, "
@@ -306,7 +302,7 @@ def test_gcp_label_and_name_rules() -> None:
         "letters, digits, '_' and '-', at most 63 characters)",
     ]
     bad_label = {"resource_pools": [gcp_pool(labels={"team": "ML"})]}
-    assert problems(bad_label) == [
+    assert cluster_problems(bad_label) == [
         "resource_pools[0].provider.labels.team: must be a GCP label value (lowercase "
         "letters, digits, '_' and '-', at most 63 characters)"
     ]
@@ -315,7 +311,7 @@ def test_gcp_label_and_name_rules() -> None:
 def test_gcp_pool_name_must_be_label_safe() -> None:
     pool = gcp_pool()
     pool["name"] = "GPU.Pool"
-    assert problems({"resource_pools": [pool]}) == [
+    assert cluster_problems({"resource_pools": [pool]}) == [
         "resource_pools[0].name: must be a valid GCP label value (lowercase letters, digits, "
         "'_' and '-', at most 63 characters): it labels instances"
     ]

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import struct
 import types
 from collections.abc import Mapping
 from decimal import Decimal
@@ -36,6 +35,7 @@ from typing import Any, TypeVar, get_args, get_origin
 from corral.adapters import migrations
 from corral.adapters.record_types import hints as _hints
 from corral.adapters.record_types import is_json as _is_json
+from corral.adapters.record_types import item_types, read_only
 from corral.adapters.record_types import optional_inner as _optional_inner
 
 AttributeValue = dict[str, Any]
@@ -76,9 +76,8 @@ def encode_value(value: Any, tp: Any) -> AttributeValue:
         return {"M": encode_fields(value)}
     origin, args = get_origin(tp), get_args(tp)
     if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return {"L": [encode_value(v, args[0]) for v in value]}
-        return {"L": [encode_value(v, t) for v, t in zip(value, args, strict=True)]}
+        items = zip(value, item_types(args, len(value)), strict=True)
+        return {"L": [encode_value(v, t) for v, t in items]}
     if origin in (Mapping, dict, types.MappingProxyType):
         key_tp, value_tp = args
         return {
@@ -144,16 +143,15 @@ def decode_value(av: AttributeValue, tp: Any) -> Any:
     origin, args = get_origin(tp), get_args(tp)
     if origin is tuple:
         values = av["L"]
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(decode_value(v, args[0]) for v in values)
-        return tuple(decode_value(v, t) for v, t in zip(values, args, strict=True))
+        return tuple(
+            decode_value(v, t) for v, t in zip(values, item_types(args, len(values)), strict=True)
+        )
     if origin in (Mapping, dict, types.MappingProxyType):
         key_tp, value_tp = args
         pairs = {
             decode_value(p["L"][0], key_tp): decode_value(p["L"][1], value_tp) for p in av["L"]
         }
-        # Read-only: a record read from the store can never be changed behind its back.
-        return pairs if origin is dict else types.MappingProxyType(pairs)
+        return read_only(pairs, origin)
     raise TypeError(f"no DynamoDB decoding for {tp!r}")
 
 
@@ -161,39 +159,8 @@ def decode_fields(cls: type[D], item: Mapping[str, AttributeValue]) -> D:
     """Build ``cls`` from an item; attributes that are not fields (keys, TTL) are ignored.
     An item of an older schema version is migrated first; one of a newer version is refused
     (``migrations.NewerSchemaError``) unless it says this code may read it."""
-    kind = migrations.SCHEMA.kind_of(cls)
-    if kind is not None:
-        item = migrations.SCHEMA.upgrade(kind, migrations.StoredFields(item, VALUES)).raw
-    hints = _hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        av = item.get(f.name)
-        if av is not None:
-            kwargs[f.name] = decode_value(av, hints[f.name])
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[f.name] = None  # an optional field without a default, stored as None
-    return cls(**kwargs)
+    return migrations.decode_record(cls, item, VALUES)
 
 
-class _Values:
-    """This codec's value functions, for migration steps (``migrations.StoredFields``)."""
-
-    encode = staticmethod(encode_value)
-    decode = staticmethod(decode_value)
-
-
-VALUES = _Values()
-
-
-# ---- sortable keys ---------------------------------------------------------------------------
-
-
-def sortable_float(x: float) -> str:
-    """16 hex digits whose string order is the numeric order of ``x`` (exact, any sign).
-
-    Sort keys are strings so a timestamp can be joined with a tie-breaker; the IEEE 754 bits,
-    sign-flipped, sort like the numbers they encode.
-    """
-    (bits,) = struct.unpack(">Q", struct.pack(">d", float(x) + 0.0))  # + 0.0: -0.0 -> 0.0
-    bits = bits ^ 0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else bits | (1 << 63)
-    return f"{bits:016x}"
+# This codec's value functions, for migration steps (``migrations.StoredFields``).
+VALUES = migrations.CodecFunctions(encode_value, decode_value)

@@ -26,13 +26,14 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from corral.adapters.aws import dynamo_schema as schema
-from corral.adapters.aws.dynamo_codec import Item, decode_fields, encode_fields, sortable_float
+from corral.adapters.aws.dynamo_codec import Item, decode_fields, encode_fields
+from corral.adapters.record_types import sortable_float
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.metrics import MetricKind, MetricSeries, MetricSummary
 from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
 from corral.domain.trial import Trial, TrialState, sort_key
-from corral.ports.store import Record
+from corral.ports.store import Record, RecordKinds, commit_keys, record_key
 
 MAX_TRANSACTION_ITEMS = 100  # TransactWriteItems' limit
 _BATCH_GET, _BATCH_WRITE = 100, 25  # BatchGetItem / BatchWriteItem limits
@@ -44,17 +45,12 @@ DAY = 86_400.0
 D = TypeVar("D")
 
 
-def record_key(record: Record) -> tuple[str, str]:
-    """(table kind, key value): what makes two records in one commit the same record."""
-    if isinstance(record, Instance):
-        return schema.INSTANCES, record.id
-    if isinstance(record, Trial):
-        return schema.TRIALS, record.id
-    if isinstance(record, Experiment):
-        return schema.EXPERIMENTS, record.id
-    if isinstance(record, PoolState):
-        return schema.POOLS, record.pool
-    raise TypeError(f"not a storable record: {type(record).__name__}")
+KINDS: RecordKinds = {
+    Instance: schema.INSTANCES,
+    Trial: schema.TRIALS,
+    Experiment: schema.EXPERIMENTS,
+    PoolState: schema.POOLS,
+}
 
 
 class DynamoStore:
@@ -99,12 +95,7 @@ class DynamoStore:
 
     # ---- versioned records ----------------------------------------------------------
     def commit(self, records: Sequence[Record]) -> list[Record]:
-        keys = [record_key(r) for r in records]
-        if len(set(keys)) != len(keys):
-            dupes = sorted({f"{k[0]} {k[1]}" for k in keys if keys.count(k) > 1})
-            raise ValueError(f"one commit names the same record twice: {', '.join(dupes)}")
-        if len(records) > MAX_TRANSACTION_ITEMS:
-            raise ValueError(f"{len(records)} records in one commit; DynamoDB allows 100")
+        keys = commit_keys(records, KINDS, MAX_TRANSACTION_ITEMS, "DynamoDB allows 100")
         if not records:
             return []
         written = [replace(r, version=r.version + 1) for r in records]
@@ -139,7 +130,9 @@ class DynamoStore:
         for attr in (hash_key, "pool", "cloud_id", "experiment_id"):
             if attr in item and item[attr].get("S") == "":
                 # DynamoDB refuses empty strings in key and index-key attributes.
-                raise ValueError(f"{kind} {record_key(record)[1]!r}: {attr} must not be empty")
+                raise ValueError(
+                    f"{kind} {record_key(record, KINDS)[1]!r}: {attr} must not be empty"
+                )
         if isinstance(written, Experiment):
             item[schema.LISTING] = {"S": schema.LISTING_VALUE}
             item[schema.LISTED_AT] = {"S": f"{sortable_float(written.submitted_at)}#{written.id}"}

@@ -20,9 +20,14 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from corral.bootstrap.render import BootstrapSettings, launch_script, settings_for
+from corral.bootstrap.render import (
+    BootstrapSettings,
+    check_script_size,
+    launch_script,
+    settings_for,
+)
 from corral.domain.config.aws import AwsProvider
-from corral.domain.errors import LaunchError, LaunchErrorClass
+from corral.domain.errors import LaunchError
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.ports.cloud import LaunchRequest
 
@@ -69,8 +74,7 @@ def subnet_for(provider: AwsProvider, location: str) -> str | None:
         return location
     if location == provider.region and not provider.network_interface.subnet_id:
         return None
-    raise LaunchError(
-        LaunchErrorClass.INVALID_CONFIG,
+    raise LaunchError.invalid_config(
         "LocationNotInPool",
         f"location {location!r} is not a subnet of this pool "
         f"(pool locations: {', '.join(provider.locations)})",
@@ -81,12 +85,12 @@ def run_instances_params(
     provider: AwsProvider, request: LaunchRequest, user_data: str
 ) -> dict[str, Any]:
     """The complete RunInstances input for one launch attempt."""
-    if len(user_data.encode()) > USER_DATA_LIMIT:
-        raise LaunchError(
-            LaunchErrorClass.INVALID_CONFIG,
-            "UserDataTooLarge",
-            f"user data is {len(user_data.encode())} bytes, EC2 allows {USER_DATA_LIMIT}",
-        )
+    check_script_size(
+        user_data,
+        USER_DATA_LIMIT,
+        "UserDataTooLarge",
+        f"user data is {{size}} bytes, EC2 allows {USER_DATA_LIMIT}",
+    )
     offering = request.offering
     tags = resource_tags(provider, request)
     resource_types = ["instance", "volume", "network-interface"]

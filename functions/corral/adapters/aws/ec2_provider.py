@@ -18,6 +18,8 @@ from typing import Any
 
 from corral.adapters.aws.ec2_errors import launch_error_from
 from corral.adapters.aws.ec2_params import render_user_data, run_instances_params
+from corral.adapters.aws.events import EC2_STATES
+from corral.adapters.provider_pools import cloud_pools
 from corral.domain.config.aws import AwsProvider
 from corral.domain.config.cluster import ClusterConfig
 from corral.domain.errors import LaunchError, LaunchErrorClass
@@ -34,14 +36,6 @@ from corral.ports.cloud import (
 
 UserDataRenderer = Callable[[LaunchRequest], str]
 
-EC2_STATES: Mapping[str, CloudState] = {
-    "pending": CloudState.PENDING,
-    "running": CloudState.RUNNING,
-    "stopping": CloudState.STOPPING,
-    "stopped": CloudState.STOPPED,
-    "shutting-down": CloudState.TERMINATING,
-    "terminated": CloudState.TERMINATED,
-}
 SPOT_STATES: Mapping[str, SpotRequestState] = {s.value: s for s in SpotRequestState}
 # Instances that terminate() would still change (shutting-down ones are already going).
 _TERMINABLE = ["pending", "running", "stopping", "stopped"]
@@ -84,11 +78,7 @@ class Ec2Provider:
         user_data: UserDataRenderer | None = None,
         api_url: str | None = None,
     ) -> None:
-        if isinstance(config, ClusterConfig):
-            pools = {p.name: p.provider for p in config.resource_pools}
-        else:
-            pools = dict(config)
-        self._pools = {name: p for name, p in pools.items() if isinstance(p, AwsProvider)}
+        self._pools = cloud_pools(config, AwsProvider)
         # Where agents of pools without a master_url reach the control plane (the API).
         self._api_url = api_url
         # One listing per (region, tag pair) covers every pool sharing it.

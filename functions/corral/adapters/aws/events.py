@@ -29,7 +29,8 @@ REBALANCE = "EC2 Instance Rebalance Recommendation"
 STATE_CHANGE = "EC2 Instance State-change Notification"
 SCHEDULED = "Scheduled Event"
 
-_STATES = {
+# EC2's instance state names (API replies and state-change events alike).
+EC2_STATES: Mapping[str, CloudState] = {
     "pending": CloudState.PENDING,
     "running": CloudState.RUNNING,
     "stopping": CloudState.STOPPING,
@@ -89,26 +90,9 @@ class _StateDetail(_InstanceDetail):
     state: Literal["pending", "running", "stopping", "stopped", "shutting-down", "terminated"]
 
 
-class SpotInterruptionWarning(_Envelope):
-    """EC2 will interrupt the instance about two minutes after ``time``."""
+class _InstanceEvent(_Envelope):
+    """An EC2 event about one instance."""
 
-    detail_type_name: ClassVar[str] = SPOT_INTERRUPTION
-    source: Literal["aws.ec2"]
-    detail: _SpotDetail
-
-    @property
-    def instance_id(self) -> str:
-        return self.detail.instance_id
-
-    @property
-    def instance_action(self) -> str:
-        return self.detail.instance_action
-
-
-class RebalanceRecommendation(_Envelope):
-    """The instance is at elevated risk of interruption (often well before the warning)."""
-
-    detail_type_name: ClassVar[str] = REBALANCE
     source: Literal["aws.ec2"]
     detail: _InstanceDetail
 
@@ -117,18 +101,30 @@ class RebalanceRecommendation(_Envelope):
         return self.detail.instance_id
 
 
-class InstanceStateChange(_Envelope):
+class SpotInterruptionWarning(_InstanceEvent):
+    """EC2 will interrupt the instance about two minutes after ``time``."""
+
+    detail_type_name: ClassVar[str] = SPOT_INTERRUPTION
+    detail: _SpotDetail
+
+    @property
+    def instance_action(self) -> str:
+        return self.detail.instance_action
+
+
+class RebalanceRecommendation(_InstanceEvent):
+    """The instance is at elevated risk of interruption (often well before the warning)."""
+
+    detail_type_name: ClassVar[str] = REBALANCE
+
+
+class InstanceStateChange(_InstanceEvent):
     detail_type_name: ClassVar[str] = STATE_CHANGE
-    source: Literal["aws.ec2"]
     detail: _StateDetail
 
     @property
-    def instance_id(self) -> str:
-        return self.detail.instance_id
-
-    @property
     def state(self) -> CloudState:
-        return _STATES[self.detail.state]
+        return EC2_STATES[self.detail.state]
 
 
 class ScheduledTick(_Envelope):

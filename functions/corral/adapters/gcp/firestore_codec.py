@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import struct
 import types
 from collections.abc import Mapping
 from enum import Enum
@@ -34,6 +33,7 @@ from typing import Any, TypeVar, get_args, get_origin
 from corral.adapters import migrations
 from corral.adapters.record_types import hints as _hints
 from corral.adapters.record_types import is_json as _is_json
+from corral.adapters.record_types import item_types, read_only
 from corral.adapters.record_types import optional_inner as _optional_inner
 
 Data = dict[str, Any]
@@ -79,9 +79,8 @@ def encode_value(value: Any, tp: Any) -> Any:
         return encode_fields(value)
     origin, args = get_origin(tp), get_args(tp)
     if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return [_element(encode_value(v, args[0])) for v in value]
-        return [_element(encode_value(v, t)) for v, t in zip(value, args, strict=True)]
+        items = zip(value, item_types(args, len(value)), strict=True)
+        return [_element(encode_value(v, t)) for v, t in items]
     if origin in (Mapping, dict, types.MappingProxyType):
         key_tp, value_tp = args
         return [
@@ -129,17 +128,16 @@ def decode_value(value: Any, tp: Any) -> Any:
         return decode_fields(tp, value)
     origin, args = get_origin(tp), get_args(tp)
     if origin is tuple:
-        items = [_unwrap(v) for v in value]
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(decode_value(v, args[0]) for v in items)
-        return tuple(decode_value(v, t) for v, t in zip(items, args, strict=True))
+        values = [_unwrap(v) for v in value]
+        return tuple(
+            decode_value(v, t) for v, t in zip(values, item_types(args, len(values)), strict=True)
+        )
     if origin in (Mapping, dict, types.MappingProxyType):
         key_tp, value_tp = args
         pairs = {
             decode_value(p["k"], key_tp): decode_value(_unwrap(p["v"]), value_tp) for p in value
         }
-        # Read-only: a record read from the store can never be changed behind its back.
-        return pairs if origin is dict else types.MappingProxyType(pairs)
+        return read_only(pairs, origin)
     raise TypeError(f"no Firestore decoding for {tp!r}")
 
 
@@ -147,37 +145,14 @@ def decode_fields(cls: type[D], data: Mapping[str, Any]) -> D:
     """Build ``cls`` from document data; fields that are not the dataclass's are ignored.
     Data of an older schema version is migrated first; of a newer one refused
     (``migrations.NewerSchemaError``) unless it says this code may read it."""
-    kind = migrations.SCHEMA.kind_of(cls)
-    if kind is not None:
-        data = migrations.SCHEMA.upgrade(kind, migrations.StoredFields(data, VALUES)).raw
-    hints = _hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in data:
-            kwargs[f.name] = decode_value(data[f.name], hints[f.name])
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[f.name] = None
-    return cls(**kwargs)
+    return migrations.decode_record(cls, data, VALUES)
 
 
-class _Values:
-    """This codec's value functions, for migration steps (``migrations.StoredFields``)."""
-
-    encode = staticmethod(encode_value)
-    decode = staticmethod(decode_value)
-
-
-VALUES = _Values()
+# This codec's value functions, for migration steps (``migrations.StoredFields``).
+VALUES = migrations.CodecFunctions(encode_value, decode_value)
 
 
 # ---- keys ------------------------------------------------------------------------------------
-
-
-def sortable_float(x: float) -> str:
-    """16 hex digits whose string order is the numeric order of ``x`` (exact, any sign)."""
-    (bits,) = struct.unpack(">Q", struct.pack(">d", float(x) + 0.0))  # + 0.0: -0.0 -> 0.0
-    bits = bits ^ 0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else bits | (1 << 63)
-    return f"{bits:016x}"
 
 
 def document_id(key: str) -> str:

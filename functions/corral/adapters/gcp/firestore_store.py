@@ -45,14 +45,14 @@ from corral.adapters.gcp.firestore_codec import (
     decode_value,
     document_id,
     encode_fields,
-    sortable_float,
 )
+from corral.adapters.record_types import sortable_float
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.metrics import MetricKind, MetricSeries, MetricSummary
 from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
 from corral.domain.trial import Trial, TrialState, sort_key
-from corral.ports.store import Record
+from corral.ports.store import Record, RecordKinds, commit_keys
 
 INSTANCES, TRIALS, EXPERIMENTS, POOLS = "instances", "trials", "experiments", "pools"
 HEARTBEATS, EVENTS, LOGS, LINES = "heartbeats", "events", "logs", "lines"
@@ -69,17 +69,12 @@ _ARRIVAL = itertools.count()
 D = TypeVar("D")
 
 
-def record_key(record: Record) -> tuple[str, str]:
-    """(collection kind, key): what makes two records in one commit the same record."""
-    if isinstance(record, Instance):
-        return INSTANCES, record.id
-    if isinstance(record, Trial):
-        return TRIALS, record.id
-    if isinstance(record, Experiment):
-        return EXPERIMENTS, record.id
-    if isinstance(record, PoolState):
-        return POOLS, record.pool
-    raise TypeError(f"not a storable record: {type(record).__name__}")
+KINDS: RecordKinds = {
+    Instance: INSTANCES,
+    Trial: TRIALS,
+    Experiment: EXPERIMENTS,
+    PoolState: POOLS,
+}
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -132,12 +127,7 @@ class FirestoreStore:
 
     # ---- versioned records ----------------------------------------------------------
     def commit(self, records: Sequence[Record]) -> list[Record]:
-        keys = [record_key(r) for r in records]
-        if len(set(keys)) != len(keys):
-            dupes = sorted({f"{k[0]} {k[1]}" for k in keys if keys.count(k) > 1})
-            raise ValueError(f"one commit names the same record twice: {', '.join(dupes)}")
-        if len(records) > MAX_WRITES:
-            raise ValueError(f"{len(records)} records in one commit; at most {MAX_WRITES}")
+        keys = commit_keys(records, KINDS, MAX_WRITES, f"at most {MAX_WRITES}")
         if not records:
             return []
         from google.api_core import exceptions
@@ -383,4 +373,4 @@ def _document(record: Record) -> dict[str, Any]:
     return data
 
 
-__all__ = ["FirestoreStore", "record_key"]
+__all__ = ["FirestoreStore"]

@@ -34,10 +34,15 @@ import re
 import uuid
 from typing import Any
 
-from corral.bootstrap.render import BootstrapSettings, launch_script, settings_for
+from corral.bootstrap.render import (
+    BootstrapSettings,
+    check_script_size,
+    launch_script,
+    settings_for,
+)
 from corral.domain import catalog
 from corral.domain.config.gcp import GcpInstanceType, GcpProvider
-from corral.domain.errors import LaunchError, LaunchErrorClass
+from corral.domain.errors import LaunchError
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.ports.cloud import LaunchRequest
 
@@ -72,8 +77,7 @@ def instance_name(name_prefix: str, record_id: str) -> str:
 def ownership_labels(provider: GcpProvider, request: LaunchRequest) -> dict[str, str]:
     for what, value in (("pool", request.pool), ("record id", request.record_id)):
         if not _LABEL_VALUE.match(value):
-            raise LaunchError(
-                LaunchErrorClass.INVALID_CONFIG,
+            raise LaunchError.invalid_config(
                 "invalid",
                 f"{what} {value!r} is not a valid GCP label value",
             )
@@ -114,22 +118,19 @@ def corral_body(
     provider: GcpProvider, request: LaunchRequest, startup_script: str
 ) -> dict[str, Any]:
     """What Corral itself sets on the instance (before ``base_config`` is merged in)."""
-    if len(startup_script.encode()) > STARTUP_SCRIPT_LIMIT:
-        raise LaunchError(
-            LaunchErrorClass.INVALID_CONFIG,
-            "StartupScriptTooLarge",
-            f"startup-script is {len(startup_script.encode())} bytes, GCE allows 256 KB",
-        )
+    check_script_size(
+        startup_script,
+        STARTUP_SCRIPT_LIMIT,
+        "StartupScriptTooLarge",
+        "startup-script is {size} bytes, GCE allows 256 KB",
+    )
     offering, zone = request.offering, request.offering.location
     if zone not in provider.zone:
-        raise LaunchError(
-            LaunchErrorClass.INVALID_CONFIG, "invalid", f"zone {zone!r} is not a zone of this pool"
-        )
+        raise LaunchError.invalid_config("invalid", f"zone {zone!r} is not a zone of this pool")
     try:
         entry = provider.instance_type_for(offering.instance_type)
     except KeyError:
-        raise LaunchError(
-            LaunchErrorClass.INVALID_CONFIG,
+        raise LaunchError.invalid_config(
             "invalid",
             f"{offering.instance_type!r} is not an instance_type of this pool",
         ) from None
@@ -215,7 +216,7 @@ def insert_body(
         copy.deepcopy(provider.base_config), corral_body(provider, request, startup_script), ()
     )
     if not isinstance(body, dict):
-        raise LaunchError(LaunchErrorClass.INVALID_CONFIG, "BaseConfigInvalid", "not a mapping")
+        raise LaunchError.invalid_config("BaseConfigInvalid", "not a mapping")
     return body
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from corral.adapters.gcp import gce_params
 from corral.adapters.gcp.gce_errors import launch_error_from_api, launch_error_from_operation
+from corral.adapters.provider_pools import cloud_pools
 from corral.domain.config.cluster import ClusterConfig
 from corral.domain.config.gcp import GcpProvider
 from corral.domain.errors import LaunchError, LaunchErrorClass
@@ -86,11 +87,7 @@ class GceProvider:
         monotonic: Callable[[], float] = time.monotonic,
         api_url: str | None = None,
     ) -> None:
-        if isinstance(config, ClusterConfig):
-            pools = {p.name: p.provider for p in config.resource_pools}
-        else:
-            pools = dict(config)
-        self._pools = {name: p for name, p in pools.items() if isinstance(p, GcpProvider)}
+        self._pools = cloud_pools(config, GcpProvider)
         # One listing per (project, label pair) covers every pool sharing it.
         self._scopes = sorted(
             {(p.project, p.label_key, p.label_value) for p in self._pools.values()}

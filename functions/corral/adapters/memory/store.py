@@ -26,22 +26,17 @@ from corral.domain.instance import Instance, InstanceState
 from corral.domain.metrics import MetricKind, MetricSeries, MetricSummary
 from corral.domain.records import Event, Experiment, Heartbeat, LogLine, PoolState
 from corral.domain.trial import Trial, TrialState
-from corral.ports.store import Record
+from corral.ports.store import Record, RecordKinds, commit_keys
 
 Key = tuple[str, str]
 
 
-def record_key(record: Record) -> Key:
-    """Records are keyed by type and id; a pool's state by the pool name."""
-    if isinstance(record, Instance):
-        return ("instance", record.id)
-    if isinstance(record, Trial):
-        return ("trial", record.id)
-    if isinstance(record, Experiment):
-        return ("experiment", record.id)
-    if isinstance(record, PoolState):
-        return ("pool", record.pool)
-    raise TypeError(f"not a storable record: {type(record).__name__}")
+KINDS: RecordKinds = {
+    Instance: "instance",
+    Trial: "trial",
+    Experiment: "experiment",
+    PoolState: "pool",
+}
 
 
 def _values(states: Collection[InstanceState | TrialState]) -> list[str]:
@@ -80,12 +75,7 @@ class InMemoryStore:
         records (DynamoDB refuses both, so the fake must too, or code that only the fake
         runs at scale would pass its tests) and ``ConflictError`` naming every stale record.
         """
-        if len(records) > MAX_COMMIT:
-            raise ValueError(f"{len(records)} records in one commit; at most {MAX_COMMIT}")
-        keys = [record_key(r) for r in records]
-        if len(set(keys)) != len(keys):
-            dupes = sorted({f"{k[0]} {k[1]}" for k in keys if keys.count(k) > 1})
-            raise ValueError(f"one commit names the same record twice: {', '.join(dupes)}")
+        keys = commit_keys(records, KINDS, MAX_COMMIT, f"at most {MAX_COMMIT}")
         with self._lock:
             stale = []
             for key, record in zip(keys, records, strict=True):

@@ -20,14 +20,32 @@ from corral.domain.config.common import (
     rule,
     unique,
 )
-from corral.domain.config.errors import field_error, rule_error
+from corral.domain.config.errors import field_error, matching, rule_error
 from corral.domain.offerings import CapacityType, Offering
 
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
-_AMI = re.compile(r"^ami-[0-9a-f]{8,17}$")
-_INSTANCE_PROFILE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:instance-profile/[\w+=,.@/-]+$")
-_LOG_GROUP = re.compile(r"^[\w./#-]{1,512}$")  # CloudWatch Logs' rule for group names
-_LOG_STREAM = re.compile(r"^[^:*]{1,512}$")
+# Field checks: the pattern each string must match, and what the error says it must be.
+_REGION = matching(
+    re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$"), "must be an AWS region such as us-east-1"
+)
+_AMI = matching(
+    re.compile(r"^ami-[0-9a-f]{8,17}$"), "must be an AMI id such as ami-0123456789abcdef0"
+)
+_INSTANCE_PROFILE_ARN = matching(
+    re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:instance-profile/[\w+=,.@/-]+$"),
+    "must be an instance profile ARN such as "
+    "arn:aws:iam::123456789012:instance-profile/corral-agent",
+    echo=False,
+)
+_LOG_GROUP = matching(
+    re.compile(r"^[\w./#-]{1,512}$"),  # CloudWatch Logs' rule for group names
+    "must be a CloudWatch Logs group name (letters, digits, '_', '-', '/', '.', '#')",
+    echo=False,
+)
+_LOG_STREAM = matching(
+    re.compile(r"^[^:*]{1,512}$"),
+    "must be a CloudWatch Logs stream name (no ':' or '*')",
+    echo=False,
+)
 
 
 def _prefixed(prefix: str, what: str) -> AfterValidator:
@@ -77,10 +95,10 @@ class AwsTag(FrozenModel):
 class AwsProvider(CommonProvider):
     type: Literal["aws"]
     """Selects the AWS provider block."""
-    region: str
+    region: Annotated[str, _REGION]
     """AWS region instances launch in, e.g. `us-east-1`. Left out (as in Determined's master.yaml):
     the deployment's region, with a warning (see Deployment defaults)."""
-    image_id: str
+    image_id: Annotated[str, _AMI]
     """Agent machine image, `ami-` followed by 8-17 hex digits (built by `infra/agent-image/`). Left
     out: the deployment's agent image (`CORRAL_AGENT_IMAGE_ID`)."""
     instance_type: Annotated[StrList, Field(min_length=1), AfterValidator(unique)] = (
@@ -102,7 +120,7 @@ class AwsProvider(CommonProvider):
     """`Name` tag of agent instances."""
     ssh_key_name: str | None = None
     """EC2 key pair for SSH to agents; none: no key."""
-    iam_instance_profile_arn: str | None = None
+    iam_instance_profile_arn: Annotated[str, _INSTANCE_PROFILE_ARN] | None = None
     """Instance profile of the agents, `arn:aws:iam::<12 digits>:instance-profile/<name>` (the
     control plane needs `iam:PassRole` on its role)."""
     network_interface: AwsNetworkInterface = AwsNetworkInterface()
@@ -119,61 +137,21 @@ class AwsProvider(CommonProvider):
     """A zero-GPU instance offers one CPU slot (for CPU-only trials)."""
     # CloudWatch Logs group the agents copy trial logs to (their role must be allowed to write
     # there), and the stream name Determined used for all agents (passed on to the agent).
-    log_group: str | None = None
+    log_group: Annotated[str, _LOG_GROUP] | None = None
     """CloudWatch Logs group the agents copy trial logs to, one stream per instance and trial
     (`<instance-id>/<trial-id>`, after `log_stream` and a `/` when that is set). The agents' role
     must be allowed to write there: the stack's agent role may write only to its
     `AgentLogGroupName`."""
-    log_stream: str | None = None
+    log_stream: Annotated[str, _LOG_STREAM] | None = None
     """Determined's one stream for all agents (no `:` or `*`); passed to the agent config as
     `cloudwatch_log_stream`, the prefix of the agents' stream names (one stream per instance and
     trial), with a warning saying so."""
-
-    @field_validator("region")
-    @classmethod
-    def _region(cls, value: str) -> str:
-        if not _REGION.match(value):
-            raise field_error(f"must be an AWS region such as us-east-1, got {value!r}")
-        return value
-
-    @field_validator("image_id")
-    @classmethod
-    def _image_id(cls, value: str) -> str:
-        if not _AMI.match(value):
-            raise field_error(f"must be an AMI id such as ami-0123456789abcdef0, got {value!r}")
-        return value
 
     @field_validator("tag_key")
     @classmethod
     def _tag_key(cls, value: str) -> str:
         if value.lower().startswith("aws:"):
             raise field_error("must not start with 'aws:' (reserved by AWS)")
-        return value
-
-    @field_validator("log_group")
-    @classmethod
-    def _log_group(cls, value: str | None) -> str | None:
-        if value is not None and not _LOG_GROUP.match(value):
-            raise field_error(
-                "must be a CloudWatch Logs group name (letters, digits, '_', '-', '/', '.', '#')"
-            )
-        return value
-
-    @field_validator("log_stream")
-    @classmethod
-    def _log_stream(cls, value: str | None) -> str | None:
-        if value is not None and not _LOG_STREAM.match(value):
-            raise field_error("must be a CloudWatch Logs stream name (no ':' or '*')")
-        return value
-
-    @field_validator("iam_instance_profile_arn")
-    @classmethod
-    def _arn(cls, value: str | None) -> str | None:
-        if value is not None and not _INSTANCE_PROFILE_ARN.match(value):
-            raise field_error(
-                "must be an instance profile ARN such as "
-                "arn:aws:iam::123456789012:instance-profile/corral-agent"
-            )
         return value
 
     @rule

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import AfterValidator, AliasChoices, Field, field_validator, model_validator
+from pydantic import AfterValidator, AliasChoices, Field, model_validator
 
 from corral.domain.config.aws import AwsProvider
 from corral.domain.config.common import (
@@ -25,20 +25,27 @@ from corral.domain.config.common import (
     rule,
     unique,
 )
-from corral.domain.config.errors import field_error, rule_error
+from corral.domain.config.errors import field_error, matching, rule_error
 from corral.domain.config.gcp import LABEL_RULE, GcpProvider
 from corral.domain.config.task_defaults import TaskContainerDefaults
 from corral.domain.offerings import Offering
 
 # Pool names end up in a tag (AWS) or label (GCP) on every instance, and in record keys.
 _POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_CHECK_POOL_NAME = matching(
+    _POOL_NAME,
+    "must be 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit",
+    echo=False,
+)
 _GCP_POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 Provider = Annotated[AwsProvider | GcpProvider, Field(discriminator="type")]
 
 
 class ResourcePool(FrozenModel):
-    name: str = Field(validation_alias=AliasChoices("name", "pool_name"))
+    name: Annotated[str, _CHECK_POOL_NAME] = Field(
+        validation_alias=AliasChoices("name", "pool_name")
+    )
     """The pool's name, written in a tag (AWS) or label (GCP) on every instance of the pool: 1-63
     letters, digits, `_`, `.` or `-`, starting with a letter or digit; for GCP pools a GCP label
     value (lowercase). Unique in the cluster."""
@@ -62,15 +69,6 @@ class ResourcePool(FrozenModel):
         if effective == self.provider.task_defaults:
             return self
         return self.model_copy(update={"provider": self.provider.with_task_defaults(effective)})
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not _POOL_NAME.match(value):
-            raise field_error(
-                "must be 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit"
-            )
-        return value
 
     @rule
     def _gcp_name(self) -> RuleProblems:

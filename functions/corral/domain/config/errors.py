@@ -9,11 +9,12 @@ are converted here; nothing else in the code base should format pydantic errors.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import AfterValidator, ValidationError
 from pydantic_core import PydanticCustomError
 
 # The pydantic error type of our own cross-field rules; its context carries the reason and the
@@ -52,6 +53,18 @@ def rule_error(at: str, reason: str) -> PydanticCustomError:
 def field_error(reason: str) -> PydanticCustomError:
     """An error for a single field's value, reported at the field itself."""
     return PydanticCustomError(CUSTOM_ERROR_TYPE, "{reason}", {"reason": reason, "at": ""})
+
+
+def matching(pattern: re.Pattern[str], reason: str, *, echo: bool = True) -> AfterValidator:
+    """A string field's check (``Annotated[str, matching(...)]``): ``pattern`` must match, or
+    the field error ``reason`` (followed by ``, got '<value>'`` unless ``echo`` is off)."""
+
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise field_error(f"{reason}, got {value!r}" if echo else reason)
+        return value
+
+    return AfterValidator(check)
 
 
 def join_path(*parts: str | int) -> str:
@@ -98,6 +111,15 @@ def _user_path(loc: Sequence[str | int], data: object) -> list[str | int]:
     return out
 
 
+# Pydantic's number bounds: error type -> (its context key, the comparison we print).
+_BOUNDS = {
+    "greater_than_equal": ("ge", ">="),
+    "greater_than": ("gt", ">"),
+    "less_than_equal": ("le", "<="),
+    "less_than": ("lt", "<"),
+}
+
+
 def _reason(err: Mapping[str, Any]) -> tuple[str, str]:
     """(extra sub-path, reason) for one pydantic error, in our wording."""
     kind = str(err["type"])
@@ -127,14 +149,9 @@ def _reason(err: Mapping[str, Any]) -> tuple[str, str]:
         return str(ctx.get("at", "")), str(ctx.get("reason", msg))
     if kind in simple:
         return "", simple[kind]
-    if kind == "greater_than_equal":
-        return "", f"must be >= {ctx['ge']}"
-    if kind == "greater_than":
-        return "", f"must be > {ctx['gt']}"
-    if kind == "less_than_equal":
-        return "", f"must be <= {ctx['le']}"
-    if kind == "less_than":
-        return "", f"must be < {ctx['lt']}"
+    if kind in _BOUNDS:
+        key, op = _BOUNDS[kind]
+        return "", f"must be {op} {ctx[key]}"
     if kind == "too_short":
         n = ctx.get("min_length", 1)
         return "", "must not be empty" if n == 1 else f"must have at least {n} items"

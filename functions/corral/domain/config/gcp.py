@@ -19,7 +19,7 @@ from corral.domain.config.common import (
     unique,
 )
 from corral.domain.config.durations import PositiveDuration
-from corral.domain.config.errors import field_error, rule_error
+from corral.domain.config.errors import field_error, matching, rule_error
 from corral.domain.offerings import CapacityType, Offering
 
 # The GCE accelerator types we know (the seed's six plus current ones); kept as a Literal so a
@@ -44,37 +44,32 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-_NAME_PREFIX = re.compile(r"^[a-z][-a-z0-9]{0,49}$")  # room for the suffix GCE names need
-_ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
-_PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-_NETWORK_TAG = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DISK_TYPE = re.compile(r"^[a-z][-a-z0-9]{0,62}$")
 
 LABEL_RULE = "lowercase letters, digits, '_' and '-', at most 63 characters"
 
-
-def check_label_key(value: str) -> str:
-    if not _LABEL_KEY.match(value):
-        raise field_error(f"must be a GCP label key ({LABEL_RULE}, starting with a letter)")
-    return value
-
-
-def check_label_value(value: str) -> str:
-    if not _LABEL_VALUE.match(value):
-        raise field_error(f"must be a GCP label value ({LABEL_RULE})")
-    return value
-
-
-def _check_zone(value: str) -> str:
-    if not _ZONE.match(value):
-        raise field_error(f"must be a GCE zone such as us-central1-a, got {value!r}")
-    return value
-
-
-def _check_network_tag(value: str) -> str:
-    if not _NETWORK_TAG.match(value):
-        raise field_error(f"must be a GCE network tag (lowercase, digits, '-'), got {value!r}")
-    return value
+# Field checks: the pattern each string must match, and what the error says it must be.
+check_label_key = matching(
+    _LABEL_KEY, f"must be a GCP label key ({LABEL_RULE}, starting with a letter)", echo=False
+)
+check_label_value = matching(_LABEL_VALUE, f"must be a GCP label value ({LABEL_RULE})", echo=False)
+_ZONE = matching(
+    re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$"), "must be a GCE zone such as us-central1-a"
+)
+_NETWORK_TAG = matching(
+    re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"),
+    "must be a GCE network tag (lowercase, digits, '-')",
+)
+_PROJECT = matching(
+    re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$"),
+    "must be a GCP project id such as my-project-123",
+)
+_NAME_PREFIX = matching(
+    re.compile(r"^[a-z][-a-z0-9]{0,49}$"),  # room for the suffix GCE names need
+    "must start with a lowercase letter and use only lowercase letters, digits and '-', at "
+    "most 50 characters",
+    echo=False,
+)
 
 
 class GcpNetworkInterface(FrozenModel):
@@ -171,11 +166,11 @@ class GcpInstanceType(FrozenModel):
 class GcpProvider(CommonProvider):
     type: Literal["gcp"]
     """Selects the GCP provider block."""
-    project: str
+    project: Annotated[str, _PROJECT]
     """GCP project id instances launch in. Left out: the deployment's project, with a warning (see
     Deployment defaults)."""
     zone: Annotated[
-        tuple[Annotated[str, AfterValidator(_check_zone)], ...],
+        tuple[Annotated[str, _ZONE], ...],
         OneOrMany,
         Field(min_length=1),
         AfterValidator(unique),
@@ -195,21 +190,21 @@ class GcpProvider(CommonProvider):
     default."""
     base_config: dict[str, Any] = Field(default_factory=dict)  # merged into the insert body
     """Merged into the instance insert body (e.g. extra `disks`)."""
-    label_key: Annotated[str, AfterValidator(check_label_key)] = "managed-by"
+    label_key: Annotated[str, check_label_key] = "managed-by"
     """Key of the ownership label: Corral only ever touches instances carrying `label_key:
     label_value`. GCP label rules: lowercase letters, digits, `_`, `-`, at most 63 characters,
     starting with a letter."""
-    label_value: Annotated[str, AfterValidator(check_label_value)] = "corral"
+    label_value: Annotated[str, check_label_value] = "corral"
     """Value of the ownership label; not empty, GCP label rules. Make the pair unique per
     installation."""
-    name_prefix: str = "corral-agent"
+    name_prefix: Annotated[str, _NAME_PREFIX] = "corral-agent"
     """Instance names are this prefix plus a suffix: a lowercase letter, then lowercase letters,
     digits and `-`, at most 50 characters."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra labels on instances (GCP label rules; not the ownership `label_key`)."""
     network_interface: GcpNetworkInterface = GcpNetworkInterface()
     """Network settings of the agents."""
-    network_tags: tuple[Annotated[str, AfterValidator(_check_network_tag)], ...] = ()
+    network_tags: tuple[Annotated[str, _NETWORK_TAG], ...] = ()
     """Network tags of the agents, for firewall rules (`infra/gcp/firewall.sh` uses
     `corral-agent`)."""
     service_account: GcpServiceAccount = GcpServiceAccount()
@@ -225,23 +220,6 @@ class GcpProvider(CommonProvider):
     """Launch Spot VMs for every shape."""
     cpu_slots_allowed: bool = False  # a zero-GPU machine offers one CPU slot
     """A zero-GPU shape offers one CPU slot (for CPU-only trials)."""
-
-    @field_validator("project")
-    @classmethod
-    def _project(cls, value: str) -> str:
-        if not _PROJECT.match(value):
-            raise field_error(f"must be a GCP project id such as my-project-123, got {value!r}")
-        return value
-
-    @field_validator("name_prefix")
-    @classmethod
-    def _name_prefix(cls, value: str) -> str:
-        if not _NAME_PREFIX.match(value):
-            raise field_error(
-                "must start with a lowercase letter and use only lowercase letters, digits "
-                "and '-', at most 50 characters"
-            )
-        return value
 
     @field_validator("boot_disk_source_image")
     @classmethod

@@ -41,7 +41,7 @@ from typing import Any
 
 from corral.domain.access import admins_with
 from corral.domain.config import ClusterConfig
-from corral.handlers.config_source import CompositionError, parse_cluster_config
+from corral.handlers.config_source import CompositionError, check_pools, parse_cluster_config
 from corral.ports.clock import Clock, SystemClock
 from corral.ports.queue import QueueName
 from corral.services.shared.service_context import Context
@@ -92,7 +92,13 @@ def context_from_env(
     clients = clients or {}
     clock = clock or SystemClock()
     config = cluster_config(env, read_parameter or _read_ssm_parameter)
-    _check_pools(config, env)
+    check_pools(
+        config,
+        "aws",
+        (env.get(TAG_KEY_ENV), env.get(TAG_VALUE_ENV)),
+        "pool {pool!r} tags its instances {owner}, but this deployment's IAM policies only "
+        "allow {allowed} (stack TagKey/TagValue)",
+    )
     queue_urls = {name: env[var] for name, var in QUEUE_URL_ENV.items() if env.get(var)}
     return Context(
         store=DynamoStore(clients.get("dynamodb"), prefix=env.get(TABLE_PREFIX_ENV)),
@@ -118,20 +124,6 @@ def cluster_config(env: Mapping[str, str], read_parameter: ParameterReader) -> C
         source = f"SSM parameter {name}"
         text = read_parameter(name)
     return parse_cluster_config(text, source, env)
-
-
-def _check_pools(config: ClusterConfig, env: Mapping[str, str]) -> None:
-    """Refuse pools this deployment cannot serve, at start instead of at the first launch."""
-    key, value = env.get(TAG_KEY_ENV), env.get(TAG_VALUE_ENV)
-    for pool in config.resource_pools:
-        if pool.cloud != "aws":
-            raise CompositionError(f"pool {pool.name!r} is a {pool.cloud} pool; this is AWS")
-        owner = pool.ownership
-        if key and value and (owner.key, owner.value) != (key, value):
-            raise CompositionError(
-                f"pool {pool.name!r} tags its instances {owner.key}={owner.value}, but this "
-                f"deployment's IAM policies only allow {key}={value} (stack TagKey/TagValue)"
-            )
 
 
 def _read_ssm_parameter(name: str) -> str:

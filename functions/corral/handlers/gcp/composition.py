@@ -36,7 +36,7 @@ from typing import Any
 
 from corral.domain.access import admins_with
 from corral.domain.config import ClusterConfig
-from corral.handlers.config_source import CompositionError, parse_cluster_config
+from corral.handlers.config_source import CompositionError, check_pools, parse_cluster_config
 from corral.ports.clock import Clock, SystemClock
 from corral.ports.queue import QueueName
 from corral.services.shared.service_context import Context
@@ -81,7 +81,13 @@ def context_from_env(
     clock = clock or SystemClock()
     project = project_of(env)
     config = cluster_config(env)
-    check_pools(config, env)
+    check_pools(
+        config,
+        "gcp",
+        (env.get("CORRAL_LABEL_KEY"), env.get("CORRAL_LABEL_VALUE")),
+        "pool {pool!r} labels its instances {owner}, but this deployment's IAM conditions "
+        "only allow {allowed}",
+    )
     topics = {name: env.get(var) or DEFAULT_TOPICS[name] for name, var in TOPIC_ENV.items()}
     return Context(
         store=FirestoreStore(
@@ -117,20 +123,6 @@ def cluster_config(env: Mapping[str, str]) -> ClusterConfig:
         except OSError as error:
             raise CompositionError(f"cannot read the cluster config at {path}: {error}") from None
     return parse_cluster_config(text, source, env)
-
-
-def check_pools(config: ClusterConfig, env: Mapping[str, str]) -> None:
-    """Refuse pools this deployment cannot serve, at start instead of at the first launch."""
-    key, value = env.get("CORRAL_LABEL_KEY"), env.get("CORRAL_LABEL_VALUE")
-    for pool in config.resource_pools:
-        if pool.cloud != "gcp":
-            raise CompositionError(f"pool {pool.name!r} is a {pool.cloud} pool; this is GCP")
-        owner = pool.ownership
-        if key and value and (owner.key, owner.value) != (key, value):
-            raise CompositionError(
-                f"pool {pool.name!r} labels its instances {owner.key}={owner.value}, but this "
-                f"deployment's IAM conditions only allow {key}={value}"
-            )
 
 
 __all__ = ["CompositionError", "build_context", "cluster_config", "context_from_env"]
