@@ -1,6 +1,6 @@
-"""Replay the shipped Alibaba trace under Corral (fallback on, its default, and off) and the
-Determined model, side by side, with the targets of issues 6 and 12 checked. Run by
-``make bench`` (never by ``make test``); figures go to docs/benchmarks.md.
+"""Replay the shipped Alibaba trace under Corral (fallback on, its default, and off, and with
+``consolidate``) and the Determined model, side by side, with the targets of issues 6 and 12
+checked. Run by ``make bench`` (never by ``make test``); figures go to docs/benchmarks.md.
 
     .venv/bin/python benchmarks/sim_policies.py [--trace PATH] [--config PATH] [--seed N]
 """
@@ -13,18 +13,18 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import yaml
+from cluster_variants import variant
 
-from corral.domain.config import ClusterConfig, load_cluster_config
 from corral.sim.metrics import SimMetrics
 from corral.sim.runner import simulate
 from corral.sim.trace import TraceFormat, read_trace
 
-# Column -> (policy, cluster variant).
+# Column -> (policy, on_demand_fallback, consolidate).
 COLUMNS = {
-    "corral": ("corral", "fallback on"),
-    "corral no-fb": ("corral", "fallback off"),
-    "determined": ("determined", "fallback on"),
+    "corral": ("corral", True, False),
+    "corral no-fb": ("corral", False, False),
+    "corral +c": ("corral", True, True),
+    "determined": ("determined", True, False),
 }
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,17 +40,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args()
 
-    clusters: dict[str, ClusterConfig] = {
-        "fallback on": load_cluster_config(args.config).config,
-        "fallback off": _fallback_off(args.config),
-    }
     trace = read_trace(args.trace, TraceFormat.ALIBABA_OPENB)
     results: dict[str, SimMetrics] = {}
     seconds: dict[str, float] = {}
     boot_mean = 0.0
-    for column, (policy, variant) in COLUMNS.items():
+    for column, (policy, fallback, consolidate) in COLUMNS.items():
         started = time.perf_counter()
-        metrics, replay = simulate(clusters[variant], trace, policy, args.seed)
+        cluster = variant(args.config, fallback=fallback, consolidate=consolidate)
+        metrics, replay = simulate(cluster, trace, policy, args.seed)
         seconds[column] = time.perf_counter() - started
         results[column] = metrics
         boot_mean = replay.boot_mean_s
@@ -75,7 +72,7 @@ def main() -> int:
 
     d = results["determined"]
     checks: list[tuple[str, bool]] = []
-    for column in ("corral", "corral no-fb"):
+    for column in ("corral", "corral no-fb", "corral +c"):
         c = results[column]
         checks += [
             (f"{column} cost_ratio <= 1.20", c.cost_ratio <= 1.20),
@@ -96,14 +93,6 @@ def main() -> int:
     for label, ok in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {label}")
     return 0 if all(ok for _, ok in checks) else 1
-
-
-def _fallback_off(path: Path) -> ClusterConfig:
-    """The cluster of ``path`` with ``on_demand_fallback: false`` on every pool."""
-    raw = yaml.safe_load(path.read_text())
-    for pool in raw["resource_pools"]:
-        pool["provider"]["on_demand_fallback"] = False
-    return load_cluster_config(yaml.safe_dump(raw)).config
 
 
 def _fmt(value: object, key: str) -> str:

@@ -1,7 +1,8 @@
-"""Corral (fallback on, its default, and off) against the Determined model on the shipped
-Alibaba trace and on synthetic Philly- and Helios-like workloads (steady and bursty
-arrivals, several seeds each), on two clusters, with the targets of issue 12 checked per
-run. Run by ``make bench`` (never by ``make test``); figures go to docs/benchmarks.md.
+"""Corral (fallback on, its default, and off; each also with ``consolidate``) against the
+Determined model on the shipped Alibaba trace and on synthetic Philly- and Helios-like
+workloads (steady and bursty arrivals, several seeds each), on two clusters, with the
+targets of issue 12 checked per run. Run by ``make bench`` (never by ``make test``);
+figures go to docs/benchmarks.md.
 
     .venv/bin/python benchmarks/sim_workloads.py [--config PATH ...] [--seeds 0,1,2]
         [--jobs N] [--no-shipped] [--strict]
@@ -22,9 +23,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import yaml
+from cluster_variants import variant
 
-from corral.domain.config import ClusterConfig, load_cluster_config
+from corral.domain.config import load_cluster_config
 from corral.sim.metrics import SimMetrics
 from corral.sim.runner import simulate
 from corral.sim.synthetic import describe, generate
@@ -35,7 +36,14 @@ SHIPPED = REPO / "traces/alibaba-gpu-2023/openb_pod_list_default.csv"
 CONFIGS = (REPO / "examples/sim-cluster.yaml", REPO / "benchmarks/sim-one-type.yaml")
 MIXES = ("philly", "helios")
 ARRIVALS = ("steady", "bursty")
-VARIANTS = ("fallback on", "fallback off")
+# Corral's variants: (label, on_demand_fallback, consolidate). The first is the default config.
+VARIANTS = (
+    ("on", True, False),
+    ("off", False, False),
+    ("on+c", True, True),
+    ("off+c", False, True),
+)
+LABELS = tuple(label for label, _, _ in VARIANTS)
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,7 @@ class Outcome:
     config: str
     workload: str
     seed: int
-    corral: dict[str, SimMetrics]  # by variant
+    corral: dict[str, SimMetrics]  # by variant label
     determined: SimMetrics
     wall_s: float
 
@@ -57,19 +65,15 @@ class Outcome:
         ]
 
 
-def fallback_off(path: Path) -> ClusterConfig:
-    """The cluster of ``path`` with ``on_demand_fallback: false`` on every pool."""
-    raw = yaml.safe_load(path.read_text())
-    for pool in raw["resource_pools"]:
-        pool["provider"]["on_demand_fallback"] = False
-    return load_cluster_config(yaml.safe_dump(raw)).config
-
-
 def run(path: Path, name: str, trace: Trace, seed: int) -> Outcome:
     started = time.perf_counter()
-    clusters = {"fallback on": load_cluster_config(path).config, "fallback off": fallback_off(path)}
-    corral = {v: simulate(clusters[v], trace, "corral", seed)[0] for v in VARIANTS}
-    determined, _ = simulate(clusters["fallback on"], trace, "determined", seed)
+    corral = {
+        label: simulate(
+            variant(path, fallback=fallback, consolidate=consolidate), trace, "corral", seed
+        )[0]
+        for label, fallback, consolidate in VARIANTS
+    }
+    determined, _ = simulate(load_cluster_config(path).config, trace, "determined", seed)
     wall = time.perf_counter() - started
     return Outcome(path.stem, name, seed, corral, determined, wall)
 
@@ -110,44 +114,53 @@ def main() -> int:
     _figures(outcomes)
     _idle(outcomes)
     _targets(outcomes)
-    missed = sum(not ok for o in outcomes for v in VARIANTS for _, ok in o.checks(v))
-    total = sum(len(o.checks(v)) for o in outcomes for v in VARIANTS)
+    missed = sum(not ok for o in outcomes for v in LABELS for _, ok in o.checks(v))
+    total = sum(len(o.checks(v)) for o in outcomes for v in LABELS)
     print(f"\n{missed} of {total} target checks missed over {len(outcomes)} runs")
     return 1 if args.strict and missed else 0
 
 
 def _figures(outcomes: list[Outcome]) -> None:
-    print("\nFigures; `on / off / d`: Corral fallback on (default), fallback off, Determined.")
+    names = " / ".join(LABELS)
     print(
-        "| config | workload | seed | cost on / off / d | x d (on / off) | wait p95 s on / off / d "
-        "| wait max s on / off / d | idle GPU-h on / off / d | lost GPU-h on / off / d "
-        "| on-demand share on | wall s |"
+        f"\nFigures; `{names} / d`: Corral with fallback on (the default) and off, each without "
+        "and with `consolidate` (+c), then the Determined model."
     )
-    print("|" + "---|" * 11)
+    print(
+        f"| config | workload | seed | cost {names} / d | x d ({names}) | wait p95 s {names} / d "
+        f"| wait max s {names} / d | idle GPU-h {names} / d | lost GPU-h {names} / d "
+        f"| restart GPU-h {names} / d | on-demand share {names} | wall s |"
+    )
+    print("|" + "---|" * 13)
     for o in outcomes:
-        on, off, d = o.corral["fallback on"], o.corral["fallback off"], o.determined
+        runs = [o.corral[v] for v in LABELS]
+        d = o.determined
+        every = [*runs, d]
+
+        def cells(fmt: str, field: str, every: list[SimMetrics] = every) -> str:
+            return " / ".join(format(getattr(m, field), fmt) for m in every)
+
+        ratios = " / ".join(f"{m.cost_usd / d.cost_usd:.3f}" for m in runs)
+        shares = " / ".join(f"{m.on_demand_share:.1%}" for m in runs)
         print(
-            f"| {o.config} | {o.workload} | {o.seed} "
-            f"| {on.cost_usd:,.0f} / {off.cost_usd:,.0f} / {d.cost_usd:,.0f} "
-            f"| {on.cost_usd / d.cost_usd:.3f} / {off.cost_usd / d.cost_usd:.3f} "
-            f"| {on.wait_p95_s:.0f} / {off.wait_p95_s:.0f} / {d.wait_p95_s:.0f} "
-            f"| {on.wait_max_s:.0f} / {off.wait_max_s:.0f} / {d.wait_max_s:.0f} "
-            f"| {on.idle_gpu_hours:,.0f} / {off.idle_gpu_hours:,.0f} / {d.idle_gpu_hours:,.0f} "
-            f"| {on.lost_gpu_hours:.1f} / {off.lost_gpu_hours:.1f} / {d.lost_gpu_hours:.1f} "
-            f"| {on.on_demand_share:.1%} | {o.wall_s:.1f} |"
+            f"| {o.config} | {o.workload} | {o.seed} | {cells(',.0f', 'cost_usd')} | {ratios} "
+            f"| {cells('.0f', 'wait_p95_s')} | {cells('.0f', 'wait_max_s')} "
+            f"| {cells(',.0f', 'idle_gpu_hours')} | {cells('.1f', 'lost_gpu_hours')} "
+            f"| {cells('.1f', 'restart_gpu_hours')} | {shares} | {o.wall_s:.1f} |"
         )
 
 
 def _idle(outcomes: list[Outcome]) -> None:
     print("\nIdle GPU-hours by cause (boot / gang / reaping / fragmented), summed over seeds.")
-    print("| config | workload | corral, fallback on | determined |")
-    print("|---|---|---|---|")
+    print("| config | workload | corral on | corral on+c | determined |")
+    print("|---|---|---|---|---|")
     groups: dict[tuple[str, str], list[Outcome]] = {}
     for o in outcomes:
         groups.setdefault((o.config, o.workload), []).append(o)
     for (config, workload), found in groups.items():
         cells = [
-            _causes([o.corral["fallback on"] for o in found]),
+            _causes([o.corral["on"] for o in found]),
+            _causes([o.corral["on+c"] for o in found]),
             _causes([o.determined for o in found]),
         ]
         print(f"| {config} | {workload} | " + " | ".join(cells) + " |")
@@ -165,14 +178,20 @@ def _causes(runs: list[SimMetrics]) -> str:
 
 
 def _targets(outcomes: list[Outcome]) -> None:
-    labels = [label for label, _ in outcomes[0].checks("fallback on")] if outcomes else []
-    print("\nTargets of issue 12 per run (fallback on | fallback off).")
+    labels = [label for label, _ in outcomes[0].checks(LABELS[0])] if outcomes else []
+    print(f"\nTargets of issue 12 per run ({' / '.join(LABELS)}).")
     print("| config | workload | seed | " + " | ".join(labels) + " |")
     print("|---|---|---|" + "---|" * len(labels))
     for o in outcomes:
-        on, off = o.checks("fallback on"), o.checks("fallback off")
-        cells = [f"{_ok(a)} / {_ok(b)}" for (_, a), (_, b) in zip(on, off, strict=True)]
+        checks = [o.checks(v) for v in LABELS]
+        cells = [" / ".join(_ok(c[i][1]) for c in checks) for i in range(len(labels))]
         print(f"| {o.config} | {o.workload} | {o.seed} | " + " | ".join(cells) + " |")
+    print("\nPassed per variant (of runs):")
+    for v in LABELS:
+        per = [sum(o.checks(v)[i][1] for o in outcomes) for i in range(len(labels))]
+        every = sum(all(ok for _, ok in o.checks(v)) for o in outcomes)
+        row = ", ".join(f"{label} {n}" for label, n in zip(labels, per, strict=True))
+        print(f"  {v:6} {row}; all four {every} of {len(outcomes)}")
 
 
 def _ok(passed: bool) -> str:

@@ -16,6 +16,7 @@ KEYS = [
     "policy", "jobs", "completed", "cost_usd", "oracle_cost_usd", "cost_ratio",
     "wait_p50_s", "wait_p95_s", "wait_max_s", "gpu_hours_used", "gpu_hours_paid",
     "idle_gpu_hours", "instances_launched", "spot_interruptions", "lost_gpu_hours",
+    "restart_gpu_hours",
     "launch_failures", "on_demand_share", "idle_boot_gpu_hours", "idle_gang_gpu_hours",
     "idle_reaping_gpu_hours", "idle_fragmented_gpu_hours",
 ]  # fmt: skip

@@ -82,7 +82,7 @@ def _slot_word(pool: ResourcePool, instance_type: str) -> str:
 
 def pool_summary(pool: ResourcePool) -> str:
     """``pool default: aws p3.8xlarge x 4 GPUs, 0..5 instances, spot with on-demand fallback,
-    idle 5m``."""
+    idle 5m`` (``, consolidates`` when the pool moves trials to empty agents)."""
     types: dict[str, int] = {}
     for offering in pool.offerings():
         types.setdefault(offering.instance_type, offering.slots)
@@ -98,10 +98,11 @@ def pool_summary(pool: ResourcePool) -> str:
     else:
         wait = format_duration(pool.on_demand_fallback_after_s)
         capacity = f"spot with on-demand fallback after {wait}"
+    consolidating = ", consolidates" if pool.consolidate else ""
     return (
         f"pool {pool.name}: {pool.cloud} {shapes}, "
         f"{pool.min_instances}..{pool.max_instances} instances, {capacity}, "
-        f"idle {format_duration(pool.max_idle_s)}"
+        f"idle {format_duration(pool.max_idle_s)}{consolidating}"
     )
 
 

@@ -102,6 +102,9 @@ class Instance:
     last_error: str | None = None
     address: str | None = None  # the agent's private IP (rendezvous for multi-agent trials)
     interruption_notice_at: float | None = None
+    # When consolidation drained it to move its trials elsewhere: like an interruption
+    # notice, such an agent never takes work again (taking it back would undo the move).
+    consolidated_at: float | None = None
     # When the schedule pass last sent a QUEUED record's launch message again (at most once
     # per redrive period: the scale-up queue does not dedupe).
     redriven_at: float | None = None

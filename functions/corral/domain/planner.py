@@ -130,6 +130,7 @@ def _is_reusable(instance: Instance) -> bool:
     return (
         instance.state is InstanceState.DRAINING
         and instance.interruption_notice_at is None
+        and instance.consolidated_at is None
         and not instance.allocations
     )
 

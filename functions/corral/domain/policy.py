@@ -59,6 +59,12 @@ class PoolPolicy(Protocol):
         boot took (never later than max_idle_s)."""
         ...
 
+    @property
+    def consolidate(self) -> bool:
+        """Move checkpointed trials off under-used agents so they can be terminated
+        (``corral.domain.consolidation``)."""
+        ...
+
     def offerings(self) -> list[Offering]:
         """Every offering the pool may launch (spot ones first when the pool uses spot)."""
         ...
@@ -82,6 +88,7 @@ class StaticPool:
     # 0: fall back at once (what tests of other rules assume); the config's default is
     # ``fallback.ON_DEMAND_FALLBACK_AFTER_S``. Not consulted when on_demand_fallback is off.
     fallback_after_s: float | None = 0.0
+    consolidate: bool = False
 
     @property
     def on_demand_fallback_after_s(self) -> float | None:

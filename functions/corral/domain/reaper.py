@@ -22,7 +22,10 @@ spot pool (fallback capacity) goes once idle as long as it took to boot, when th
 Which idle agent goes first: fallback agents before spot ones, then the longest idle. So
 on-demand capacity of a spot pool goes back to spot as soon as spot is there again: with
 both idle, the fallback agent is the one drained to make room, to bring the pool under
-max_instances, or when only one may go above min_instances (running work is never moved).
+max_instances, or when only one may go above min_instances. The reaper never moves running
+work; consolidation (``corral.domain.consolidation``, opt-in per pool) does, and an agent it
+is emptying (``consolidated_at``) is treated like one under an interruption notice: never
+taken back, terminated once its trials have left.
 
 Never touched: BUSY agents, agents with allocations, agents whose latest heartbeat reports
 trials, and agents in ``reserved`` (capacity the planner counted for pending demand, e.g. one
@@ -228,8 +231,10 @@ def _idle_from(instance: Instance, now: float) -> float:
 def _settle_draining(
     inst: Instance, heartbeat: Heartbeat | None, reserved: frozenset[str], below_min: bool
 ) -> ReapDecision | None:
-    """Terminate, take back, or (None) keep waiting for one DRAINING agent."""
-    for_idleness = inst.interruption_notice_at is None
+    """Terminate, take back, or (None) keep waiting for one DRAINING agent. One drained
+    for an interruption notice or by consolidation (its trials are on their way to other
+    agents) is never taken back: it waits for its trials to leave, then goes."""
+    for_idleness = inst.interruption_notice_at is None and inst.consolidated_at is None
     if for_idleness and inst.allocations:
         return ReapDecision(inst, IS.IDLE, "work was assigned while draining")
     if for_idleness and inst.id in reserved:
@@ -239,5 +244,5 @@ def _settle_draining(
         return None
     if for_idleness and below_min:
         return ReapDecision(inst, IS.IDLE, "taken back to keep min_instances")
-    why = "interrupted" if not for_idleness else "drained"
+    why = "interrupted" if inst.interruption_notice_at is not None else "drained"
     return ReapDecision(inst, IS.TERMINATING, f"{why} and confirmed empty")

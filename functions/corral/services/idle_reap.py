@@ -1,18 +1,21 @@
 """The idle reaper (timer): drain agents idle past max_idle_agent_period, confirm them
 empty, terminate them; longest idle first, never below min_instances, never a busy agent,
-never one the pending demand counts on."""
+never one the pending demand counts on. In pools with ``consolidate``, each pass also
+empties at most one under-used agent by moving its checkpointed trials to free GPUs
+elsewhere (``corral.domain.consolidation``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from corral.domain.consolidation import plan_consolidation
 from corral.domain.errors import ConflictError
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState
 from corral.domain.records import Event, EventKind
-from corral.domain.trial import TrialState
+from corral.domain.trial import Trial, TrialState
 from corral.ports.store import commit_one
 from corral.services.schedule_pass import plan_all
-from corral.services.shared.instance_removal import terminate, wake_scheduler
+from corral.services.shared.instance_removal import take_away, terminate, wake_scheduler
 from corral.services.shared.service_context import Context
 
 
@@ -21,6 +24,7 @@ class ReapReport:
     drained: list[str] = field(default_factory=list)
     undrained: list[str] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)
+    consolidated: list[str] = field(default_factory=list)  # agents drained to move work off
 
 
 def run_idle_reap(ctx: Context) -> ReapReport:
@@ -60,10 +64,43 @@ def run_idle_reap(ctx: Context) -> ReapReport:
         for decision in plan.terminate:
             if terminate(ctx, decision.apply(now), EventKind.INSTANCE_TERMINATED):
                 report.terminated.append(decision.instance.id)
+    _consolidate(ctx, live, waiting, report)
     if report.undrained or (report.terminated and any(p.unserved for p in plans.values())):
         # Taken-back agents get work now; freed room under max_instances gets a launch now.
         wake_scheduler(ctx, "the reaper changed the fleet the pending demand waits for")
     return report
+
+
+def _consolidate(
+    ctx: Context, live: list[Instance], waiting: list[Trial], report: ReapReport
+) -> None:
+    """Pools that consolidate: drain the one agent worth emptying and requeue its trials,
+    which it stops (checkpointing) at its next heartbeat; they land on the free GPUs the
+    plan found. Agents this pass already moved are left for the next one."""
+    pools = [p for p in ctx.pools.values() if p.consolidate]
+    if not pools:
+        return
+    touched = {*report.drained, *report.undrained, *report.terminated}
+    untouched = [i for i in live if i.id not in touched]
+    running = {t.id: t for t in ctx.store.trials(states={TrialState.RUNNING})}
+    now = ctx.clock.now()
+    for pool in pools:
+        waits = any(t.pool == pool.name for t in waiting)
+        move = plan_consolidation(pool, untouched, running, now, waiting=waits)
+        if move is None:
+            continue
+        drained = replace(
+            move.source.transition(InstanceState.DRAINING, now, move.reason), consolidated_at=now
+        )
+        try:
+            take_away(ctx, drained, move.reason, still_up=True)
+        except ConflictError:
+            continue  # it changed meanwhile (a trial ended, a notice): the next pass decides
+        event = Event(
+            now, EventKind.AGENT_DRAINING, move.reason, pool=pool.name, instance_id=drained.id
+        )
+        ctx.store.append_events([event])
+        report.consolidated.append(drained.id)
 
 
 def _move(ctx: Context, updated: Instance) -> Instance | None:

@@ -94,11 +94,14 @@ def _take_back_drained(
     """Agents drained for idleness that the pending demand counts on go back to IDLE now,
     so this pass places work on them: waiting for the reaper's next pass would keep the
     work waiting up to a timer period while a warm agent sits there (work submitted while
-    the last run's agents drain). Agents draining for an interruption never come back."""
+    the last run's agents drain). Agents draining for an interruption, or emptied by
+    consolidation, never come back."""
     drained = [
         i
         for i in live.values()
-        if i.state is InstanceState.DRAINING and i.interruption_notice_at is None
+        if i.state is InstanceState.DRAINING
+        and i.interruption_notice_at is None
+        and i.consolidated_at is None
     ]
     if not pending or not drained:
         return []

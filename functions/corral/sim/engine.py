@@ -107,7 +107,11 @@ class Engine:
             rng=random.Random(f"{self.seed}:services"),
             policy=self.policy.scaling,
         )
-        self.workers = Workers(self.ctx)
+        self.workers = Workers(self.ctx, self.sim.restart_overhead)
+        # Pools that consolidate: their reaper also runs after GPUs were freed (a trial
+        # ended or moved), when emptying an agent may have become possible.
+        self._consolidating = any(p.consolidate for p in self.policy.pools.values())
+        self._freed = False
         # Agent start-up after the instance runs (billed), one draw per launch in order.
         self._startup_rng = random.Random(f"{self.seed}:agent-start")
 
@@ -131,7 +135,8 @@ class Engine:
                 self.cloud.set_unavailable(key, down)
                 next_toggle += 1
             self._settle_cloud(now)
-            self.workers.complete_due(now)
+            if self.workers.complete_due(now):
+                self._freed = True
             while next_job < len(jobs) and START + jobs[next_job].submit_s <= now:
                 self._submit(jobs[next_job], runs, rejected)
                 next_job += 1
@@ -293,6 +298,12 @@ class Engine:
         found = self.store.instances(states=IDLE_OR_DRAINING)
         if any(i.state is InstanceState.DRAINING for i in found):
             return self._grid_after(now)
+        movable: list[float] = []
+        if self._consolidating:
+            if self._freed:
+                return self._grid_after(now)
+            found_movable = self.workers.next_movable(self._last_reap)
+            movable = [] if found_movable is None else [found_movable]
         # An agent already past its deadline at the last pass was kept for a reason (the
         # planner counts on it, min_instances): it is looked at again with the next one.
         deadlines = [
@@ -301,7 +312,7 @@ class Engine:
             if (pool := self.policy.pools.get(i.pool)) is not None
             and (d := self.policy.reap_deadline(pool, i)) is not None
             and d >= self._last_reap
-        ]
+        ] + movable
         return self._grid_after(max(min(deadlines), now)) if deadlines else None
 
     def _next_ticks(self, now: float) -> list[float | None]:
@@ -330,11 +341,30 @@ class Engine:
                 idle = self.workers.agents.get(self.workers.by_record.get(record.id, ""))
                 if idle is not None:
                     self.workers.heartbeat(idle)
+            if self._consolidating:
+                self._report_checkpoints()
+            self._freed = False
             report = run_idle_reap(self.ctx)
             self._last_reap = now
             for record_id in report.terminated:
                 self.workers.kill(self.workers.by_record.get(record_id, ""), now)
+            for record_id in report.consolidated:
+                # Its next heartbeat (within 30 s on a real agent) says stop: the trials
+                # checkpoint on SIGTERM, are requeued and land on the free GPUs.
+                moved = self.workers.agents.get(self.workers.by_record.get(record_id, ""))
+                if moved is not None:
+                    self.workers.heartbeat(moved)
             self.workers.forget_dead()
+
+    def _report_checkpoints(self) -> None:
+        """Busy agents with free GPUs heartbeat (a real agent does every 30 s), so the reaper
+        knows which of their trials have checkpointed. The others cannot be emptied by a
+        move, or would not take one: their checkpoints do not matter to this pass."""
+        for record in self.store.instances(states={InstanceState.BUSY}):
+            if record.free_slots > 0 or not record.offering.is_spot:
+                agent = self.workers.agents.get(self.workers.by_record.get(record.id, ""))
+                if agent is not None:
+                    self.workers.heartbeat(agent)
 
     def _sweep(self) -> None:
         """Agents whose record Corral ended (reconcile terminated it) stop with it."""

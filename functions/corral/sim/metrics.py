@@ -12,6 +12,8 @@
   ``gpu_hours_paid``: GPU time of billed instances; ``idle_gpu_hours`` the difference.
 - ``lost_gpu_hours``: work done since a trial's last checkpoint when its instance went away
   (it has to be redone).
+- ``restart_gpu_hours``: GPU time resumed trials spent loading their checkpoint
+  (``simulation.restart_overhead`` per resume).
 - ``on_demand_share``: the share of paid GPU-hours on on-demand instances (0 to 1).
 - ``idle_*_gpu_hours``: ``idle_gpu_hours`` by cause (boot, gang, reaping, fragmented; see
   ``corral.sim.idle``).
@@ -46,6 +48,7 @@ class SimMetrics:
     instances_launched: int
     spot_interruptions: int
     lost_gpu_hours: float
+    restart_gpu_hours: float
     launch_failures: int
     on_demand_share: float
     idle_boot_gpu_hours: float
@@ -86,11 +89,10 @@ def measure(replay: Replay, offerings: Iterable[Offering]) -> SimMetrics:
     oracle = sum(r.job.gpus * r.job.duration_s for r in runs) / HOUR_S * per_gpu
     waits = [r.first_start - r.job.submit_s - replay.start for r in runs if r.first_start]
     instances = paid_instances(replay)
-    paid = paid_intervals(replay)
     idle = idle_breakdown(replay)
     cost = replay.cloud.total_billed_usd(replay.end)
     used = sum(r.used_gpu_s for r in runs) / HOUR_S
-    paid_gpu_h = sum((end - start) * slots for start, end, slots, _ in paid) / HOUR_S
+    paid_gpu_h = sum((p.end - p.start) * p.gpus for p in instances) / HOUR_S
     launched = len(replay.offerings)
     return SimMetrics(
         policy=replay.policy,
@@ -108,6 +110,7 @@ def measure(replay: Replay, offerings: Iterable[Offering]) -> SimMetrics:
         instances_launched=launched,
         spot_interruptions=replay.interruptions,
         lost_gpu_hours=round(sum(r.lost_gpu_s for r in runs) / HOUR_S, 2),
+        restart_gpu_hours=round(sum(r.restart_gpu_s for r in runs) / HOUR_S, 2),
         launch_failures=replay.launch_failures,
         on_demand_share=round(on_demand_share(instances), 4),
         idle_boot_gpu_hours=round(idle.boot_gpu_h, 2),

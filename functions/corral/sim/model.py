@@ -19,6 +19,8 @@ Defaults, and where they come from (see docs/simulator.md for the longer story):
   from the seed alone, so every policy meets the same outages at the same times.
 - **Checkpoints**: trials checkpoint every ``checkpoint_interval`` (30 min) unless a trace row
   says otherwise; work since the last checkpoint is lost when an instance goes away.
+- **Restarts**: a resumed trial spends ``restart_overhead`` (2 min) of its GPUs before its
+  work goes on (container start, framework init, checkpoint load), whatever the policy.
 - **Prices** come from ``corral.domain.catalog`` (dated ``PRICES_AS_OF``) through the pool
   offerings; spot prices are the catalog's typical figures, held constant.
 """
@@ -88,6 +90,10 @@ class SimulationConfig(FrozenModel):
     spot: SpotModel = SpotModel()
     capacity: CapacityModel = CapacityModel()
     checkpoint_interval: PositiveDuration = 1800.0
+    # GPU time a resumed trial spends before its work goes on: container start, framework
+    # init and loading the checkpoint (a few GB from object storage). Every policy pays it on
+    # every resume (after an interruption, a lost instance, or a consolidation move).
+    restart_overhead: Duration = 120.0
     # The single instance type of the `determined` baseline (a Determined pool has one);
     # default: the pool's type with the most GPUs, so every trial fits on one agent.
     determined_instance_type: str | None = None

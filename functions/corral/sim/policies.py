@@ -83,6 +83,7 @@ def snapshot(pool: PoolPolicy) -> StaticPool:
         on_demand_fallback=pool.on_demand_fallback,
         reap_fallback_early=pool.reap_fallback_early,
         fallback_after_s=pool.on_demand_fallback_after_s,
+        consolidate=pool.consolidate,
     )
 
 

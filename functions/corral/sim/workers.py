@@ -18,6 +18,7 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
+from corral.domain.consolidation import MIN_RUN_S
 from corral.domain.errors import ConflictError, Refused
 from corral.protocol.agent import (
     AgentTrialState,
@@ -44,19 +45,34 @@ class JobRun:
     agents: tuple[str, ...] = ()  # cloud ids running the current run, rank 0 first
     first_start: float | None = None
     completed_at: float | None = None
-    used_gpu_s: float = 0.0  # GPU time held while running, lost work included
+    used_gpu_s: float = 0.0  # GPU time held while running, lost work and restarts included
     lost_gpu_s: float = 0.0
+    restart_gpu_s: float = 0.0  # GPU time spent resuming (loading a checkpoint), not working
     held: dict[str, int] = field(default_factory=dict)  # cloud id -> GPUs of this run there
+    overhead_s: float = 0.0  # the current run's resume time, before its work goes on
+
+    def progress(self, now: float) -> float:
+        """Work of the current run so far (after its resume time)."""
+        if self.run_start is None:
+            return 0.0
+        return max(now - self.run_start - self.overhead_s, 0.0)
+
+    def checkpointed(self, now: float) -> float:
+        """Work saved in checkpoints by ``now`` (periodic ones of the current run included)."""
+        ran = self.progress(now)
+        return min(self.done_s + ran - ran % self.checkpoint_interval_s, self.job.duration_s)
 
     def end_run(self, now: float, checkpoint_now: bool) -> None:
         """The current run stops at ``now``; keep what was checkpointed."""
         if self.run_start is None:
             return
         ran = now - self.run_start
-        saved = ran if checkpoint_now else ran - ran % self.checkpoint_interval_s
+        work = self.progress(now)
+        saved = work if checkpoint_now else work - work % self.checkpoint_interval_s
         saved = min(saved, self.job.duration_s - self.done_s)
         self.used_gpu_s += self.job.gpus * ran
-        self.lost_gpu_s += self.job.gpus * max(ran - saved, 0.0)
+        self.restart_gpu_s += self.job.gpus * min(ran, self.overhead_s)
+        self.lost_gpu_s += self.job.gpus * max(work - saved, 0.0)
         self.done_s += saved
         self.run_start = None
         self.run_token += 1
@@ -87,11 +103,16 @@ class Workers:
     """Every simulated agent and job of one run."""
 
     ctx: Context
+    # GPU time a resumed run spends before its work goes on (simulation.restart_overhead).
+    restart_overhead_s: float = 0.0
     agents: dict[str, SimAgent] = field(default_factory=dict)  # by cloud id
     by_record: dict[str, str] = field(default_factory=dict)  # record id -> cloud id
     jobs: dict[str, JobRun] = field(default_factory=dict)  # by trial id
     completions: list[tuple[float, int, str, int]] = field(default_factory=list)
     logs: dict[str, AgentLog] = field(default_factory=dict)  # by cloud id, kept after death
+    # (time, seq, trial id, run token): when a run may first be moved by consolidation (it
+    # has a checkpoint and has run MIN_RUN_S), so the engine runs the reaper then.
+    movable: list[tuple[float, int, str, int]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
 
     # ---- agents ---------------------------------------------------------------------
@@ -124,7 +145,14 @@ class Workers:
         if not agent.alive or agent.agent_id is None:
             return
         now = self.ctx.clock.now()
-        statuses = [TrialStatus(trial_id=t, state=AgentTrialState.RUNNING) for t in agent.running]
+        statuses = [
+            TrialStatus(
+                trial_id=t,
+                state=AgentTrialState.RUNNING,
+                latest_checkpoint=self._checkpoint(t, now),
+            )
+            for t in sorted(agent.running)
+        ]
         reply = agent_service.heartbeat(
             self.ctx,
             agent.agent_id,
@@ -181,16 +209,32 @@ class Workers:
                 self.by_record.pop(agent.agent_id, None)
 
     # ---- runs -----------------------------------------------------------------------
+    def _checkpoint(self, trial_id: str, now: float) -> str | None:
+        """The reference of the trial's latest checkpoint, as its agent reports it."""
+        job = self.jobs.get(trial_id)
+        if job is None:
+            return None
+        saved = job.checkpointed(now)
+        return f"sim://{trial_id}/{saved:.0f}" if saved > 0 else None
+
     def _join_run(self, trial_id: str, agent: SimAgent, now: float) -> None:
         job = self.jobs.get(trial_id)
         if job is None:
             return
         if job.run_start is None:
             job.run_start = now
+            # A resumed run first loads its checkpoint (and restarts its framework).
+            job.overhead_s = 0.0 if job.first_start is None else self.restart_overhead_s
             job.first_start = now if job.first_start is None else job.first_start
             job.run_token += 1
-            finish = now + (job.job.duration_s - job.done_s)
+            finish = now + job.overhead_s + (job.job.duration_s - job.done_s)
             heapq.heappush(self.completions, (finish, next(self._seq), trial_id, job.run_token))
+            first_checkpoint = (
+                now if job.done_s > 0 else now + job.overhead_s + job.checkpoint_interval_s
+            )
+            movable_at = max(first_checkpoint, now + MIN_RUN_S)
+            if movable_at < finish:
+                heapq.heappush(self.movable, (movable_at, next(self._seq), trial_id, job.run_token))
         job.agents = (*job.agents, agent.cloud_id)
         gpus = self._gpus_on(trial_id, agent, job)
         job.held[agent.cloud_id] = gpus
@@ -222,6 +266,15 @@ class Workers:
         self._release(job, now)
         job.end_run(now, checkpoint)
 
+    def next_movable(self, after: float) -> float | None:
+        """The first time after ``after`` that a run still going becomes movable."""
+        while self.movable:
+            at, _, trial_id, token = self.movable[0]
+            if at > after and self.jobs[trial_id].run_token == token:
+                return at
+            heapq.heappop(self.movable)  # already looked at, or the run ended
+        return None
+
     def next_completion(self) -> float | None:
         while self.completions:
             _, _, trial_id, token = self.completions[0]
@@ -244,6 +297,7 @@ class Workers:
                 self.agents[cloud_id].running.discard(trial_id)
             self._release(job, now)
             job.used_gpu_s += job.job.gpus * ran
+            job.restart_gpu_s += job.job.gpus * min(ran, job.overhead_s)
             job.done_s = job.job.duration_s
             job.completed_at = now
             job.run_start = None

@@ -106,6 +106,13 @@ def test_never_reuses_an_agent_under_interruption_notice() -> None:
     assert len(plan.launches) == 1
 
 
+def test_never_reuses_an_agent_consolidation_is_emptying() -> None:
+    # Its trials are on their way to other agents; taking it back would undo the move.
+    emptied = replace(agent("emptied", 1, state=InstanceState.DRAINING), consolidated_at=NOW)
+    plan = plan_pool(pool(ONE), [pending("t1")], [emptied], state(), NOW)
+    assert len(plan.launches) == 1 and plan.reserved == frozenset()
+
+
 def test_skips_offerings_the_cloud_recently_refused_and_falls_back_to_on_demand() -> None:
     spot = offering("g.1", 1, 0.4, SPOT)
     od = offering("g.1", 1, 1.0, ON_DEMAND)

@@ -263,3 +263,20 @@ def test_making_room_never_goes_below_min_instances() -> None:
     pool = make_pool(max_idle_s=300.0, min_instances=2, max_instances=2)
     plan = plan_reaping(pool, [idle("a", 10), idle("b", 50)], NOW, room_needed=2)
     assert plan.drain == ()
+
+
+def test_an_agent_emptied_by_consolidation_waits_for_its_trials_and_is_never_taken_back() -> None:
+    # Consolidation drained "a" and requeued its trial, which it still runs until it stops.
+    # That is no new work: the agent is not taken back, nor terminated under the trial; once
+    # the trial has left it is terminated, even when the pool is below min_instances.
+    moving = make_instance(IS.DRAINING, id="a", allocations=(("t", (0,)),), consolidated_at=NOW)
+    assert plan_reaping(POOL, [moving], NOW) == ReapPlan()
+    emptied = make_instance(IS.DRAINING, id="a", consolidated_at=NOW)
+    floor = make_pool(max_idle_s=300.0, min_instances=1)
+    plan = plan_reaping(floor, [emptied], NOW, reserved=frozenset())
+    assert (
+        ids(plan.terminate) == ["a"] and plan.terminate[0].reason == "drained and confirmed empty"
+    )
+    # The same agent drained for idleness with work on it is taken back (unchanged).
+    idle_drained = make_instance(IS.DRAINING, id="a", allocations=(("t", (0,)),))
+    assert ids(plan_reaping(POOL, [idle_drained], NOW).undrain) == ["a"]

@@ -150,6 +150,10 @@ class ResourcePool(FrozenModel):
         return self.provider.reap_fallback_early
 
     @property
+    def consolidate(self) -> bool:
+        return self.provider.consolidate
+
+    @property
     def max_slots_per_instance(self) -> int:
         return max((o.slots for o in self.offerings()), default=0)
 

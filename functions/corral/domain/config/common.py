@@ -348,6 +348,14 @@ class CommonProvider(FrozenModel):
     spot price) is drained once it has been idle as long as it took to boot, never later than
     `max_idle_agent_period`. `false`: every idle agent lives `max_idle_agent_period`, as in
     Determined."""
+    consolidate: bool = False
+    """Move trials off an under-used agent onto free GPUs of the pool's other busy agents, so the
+    emptied agent is terminated: only when nothing of the pool waits, only trials that run on one
+    agent, have reported a checkpoint and have run there for 10 minutes, and only when half an
+    agent's GPUs stay free for the next arrivals. A moved trial is stopped as for a spot notice
+    (SIGTERM: checkpoint and exit) and resumes from that checkpoint; a trial that ignores SIGTERM
+    loses the work since its last checkpoint. On-demand fallback agents are emptied first, also
+    onto idle spot agents. See docs/architecture.md."""
     # The pool's effective task_container_defaults (cluster block, then the pool's), set by
     # ClusterConfig: the adapters hand the agent bootstrap only the provider block.
     _task_defaults: TaskContainerDefaults = PrivateAttr(default_factory=TaskContainerDefaults)
