@@ -11,10 +11,11 @@ from dataclasses import dataclass, field, replace
 from corral.domain.consolidation import plan_consolidation
 from corral.domain.errors import ConflictError
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState
-from corral.domain.records import Event, EventKind
+from corral.domain.records import EventKind
 from corral.domain.trial import Trial, TrialState
 from corral.ports.store import commit_one
 from corral.services.schedule_pass import plan_all
+from corral.services.shared.instance_events import log_instance_event
 from corral.services.shared.instance_removal import take_away, terminate, wake_scheduler
 from corral.services.shared.service_context import Context
 
@@ -96,10 +97,7 @@ def _consolidate(
             take_away(ctx, drained, move.reason, still_up=True)
         except ConflictError:
             continue  # it changed meanwhile (a trial ended, a notice): the next pass decides
-        event = Event(
-            now, EventKind.AGENT_DRAINING, move.reason, pool=pool.name, instance_id=drained.id
-        )
-        ctx.store.append_events([event])
+        log_instance_event(ctx, drained, EventKind.AGENT_DRAINING, move.reason, now)
         report.consolidated.append(drained.id)
 
 
@@ -111,15 +109,5 @@ def _move(ctx: Context, updated: Instance) -> Instance | None:
         return None
     draining = updated.state is InstanceState.DRAINING
     kind = EventKind.AGENT_DRAINING if draining else EventKind.AGENT_UNDRAINED
-    ctx.store.append_events(
-        [
-            Event(
-                ctx.clock.now(),
-                kind,
-                updated.history[-1].reason,
-                pool=updated.pool,
-                instance_id=updated.id,
-            )
-        ]
-    )
+    log_instance_event(ctx, updated, kind, updated.history[-1].reason, ctx.clock.now())
     return stored

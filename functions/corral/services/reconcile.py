@@ -21,6 +21,7 @@ from corral.domain.reconciler import reconcile
 from corral.domain.records import Event, EventKind, PoolState
 from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import retry_on_conflict
+from corral.services.shared.instance_events import log_instance_event
 from corral.services.shared.instance_removal import (
     mark_terminated,
     take_away,
@@ -178,7 +179,4 @@ def _count_boot_failures(ctx: Context, failures: Mapping[str, int]) -> None:
 
 
 def _event(ctx: Context, kind: EventKind, decision: rd.RecordDecision) -> None:
-    record = decision.record
-    ctx.store.append_events(
-        [Event(ctx.clock.now(), kind, decision.reason, pool=record.pool, instance_id=record.id)]
-    )
+    log_instance_event(ctx, decision.record, kind, decision.reason, ctx.clock.now())

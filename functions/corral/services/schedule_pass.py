@@ -19,6 +19,7 @@ from corral.domain.planner import PoolPlan
 from corral.domain.records import Event, EventKind, PoolState
 from corral.domain.trial import Trial, TrialState
 from corral.ports.commands import LaunchInstance, send
+from corral.services.shared.instance_events import log_instance_event
 from corral.services.shared.service_context import Context
 from corral.services.shared.spend import pool_month_to_date
 
@@ -120,17 +121,7 @@ def _take_back_drained(
         assert isinstance(stored, Instance)
         live[inst.id] = stored
         taken.append(inst.id)
-        ctx.store.append_events(
-            [
-                Event(
-                    now,
-                    EventKind.AGENT_UNDRAINED,
-                    back.history[-1].reason,
-                    pool=inst.pool,
-                    instance_id=inst.id,
-                )
-            ]
-        )
+        log_instance_event(ctx, stored, EventKind.AGENT_UNDRAINED, back.history[-1].reason, now)
     return taken
 
 

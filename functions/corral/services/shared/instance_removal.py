@@ -11,6 +11,7 @@ from corral.domain.records import Event, EventKind
 from corral.domain.trial import HOLDS_GPUS, Trial, TrialState
 from corral.ports.commands import Schedule, send
 from corral.ports.store import Record, commit_one
+from corral.services.shared.instance_events import log_instance_event
 from corral.services.shared.service_context import Context
 from corral.services.shared.spend import close_instance_spend
 from corral.services.shared.trial_release import move_off_gpus, requeue
@@ -95,9 +96,7 @@ def terminate(ctx: Context, terminating: Instance, kind: EventKind) -> bool:
     reason = terminating.history[-1].reason
     try:
         record = commit_one(ctx.store, terminating)
-        ctx.store.append_events(
-            [Event(ctx.clock.now(), kind, reason, pool=record.pool, instance_id=record.id)]
-        )
+        log_instance_event(ctx, record, kind, reason, ctx.clock.now())
         if record.spot_request_id:
             ctx.cloud.cancel_spot_requests([record.spot_request_id])
         if record.cloud_id is None or record.cloud_id in ctx.cloud.terminate([record.cloud_id]):
