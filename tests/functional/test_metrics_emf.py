@@ -171,3 +171,30 @@ def test_namespace_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
     assert blob["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Corral/staging"
     monkeypatch.delenv(observability.NAMESPACE_ENV)
     assert observability.make_metrics("probe").namespace == "Corral"
+
+
+def test_the_gauges_come_from_the_pass_without_reading_the_fleet_again(
+    corral: Corral, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reading every pending trial is what a pass costs most as the queue grows; the gauges
+    # once read them (and the live instances, and each pool's state) a second time.
+    from corral.adapters.aws.dynamo_store import DynamoStore
+
+    reads: list[str] = []
+    for name in ("trials", "instances"):
+        original = getattr(DynamoStore, name)
+
+        def counted(self: DynamoStore, *args: Any, _n: str = name, _f: Any = original, **kw: Any):  # type: ignore[no-untyped-def]
+            reads.append(_n)
+            return _f(self, *args, **kw)
+
+        monkeypatch.setattr(DynamoStore, name, counted)
+    corral.submit(slots=1)
+    corral.submit(slots=1)
+    capsys.readouterr()
+    reads.clear()
+
+    corral.tick(schedule.handler)
+
+    assert reads.count("trials") == 1 and reads.count("instances") == 1
+    assert _printed(capsys)["PendingTrials"] == 2

@@ -14,7 +14,6 @@ import pytest
 
 from corral.domain.errors import LaunchErrorClass
 from corral.handlers.aws.metrics import (
-    FleetGauges,
     launch_figures,
     reap_figures,
     reconcile_figures,
@@ -27,10 +26,9 @@ from corral.services.scale_up import LaunchOutcome
 from corral.services.schedule_pass import PassReport
 from tests.infra.test_template import TEMPLATE
 
-NO_GAUGES = FleetGauges(0, 0, (), ())
 # Metric names per service dimension, as the handlers publish them (corral.handlers.aws).
 EMITTED: dict[str, set[str]] = {
-    "schedule": {f.name for f in schedule_figures(PassReport(), NO_GAUGES, 0.0, 0)},
+    "schedule": {f.name for f in schedule_figures(PassReport(), 0.0, 0)},
     "idle_reap": {f.name for f in reap_figures(ReapReport())},
     "spot_reconcile": {f.name for f in reconcile_figures(ReconcileReport())},
     "scale_up": {

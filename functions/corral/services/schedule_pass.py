@@ -19,6 +19,7 @@ from corral.domain.planner import PoolPlan
 from corral.domain.records import Event, EventKind, PoolState
 from corral.domain.trial import Trial, TrialState
 from corral.ports.commands import LaunchInstance, send
+from corral.services.fleet_gauges import FleetGauges, gauges_after_pass
 from corral.services.shared.instance_events import log_instance_event
 from corral.services.shared.service_context import Context
 from corral.services.shared.spend import pool_month_to_date
@@ -31,6 +32,7 @@ class PassReport:
     cancelled: list[str] = field(default_factory=list)
     undrained: list[str] = field(default_factory=list)
     conflicts: int = 0
+    gauges: FleetGauges = field(default_factory=FleetGauges)
 
 
 def plan_all(
@@ -86,6 +88,9 @@ def run_schedule_pass(ctx: Context) -> PassReport:
         pool_live = [i for i in live.values() if i.pool == name]
         _apply_plan(ctx, plan, states[name], pool_live, report)
         _update_pending_reasons(ctx, [t for t in result.unplaced if t.pool == name], plan)
+    assigned = frozenset(report.assigned)
+    now = ctx.clock.now()
+    report.gauges = gauges_after_pass(ctx.pools, waiting, assigned, live.values(), states, now)
     return report
 
 

@@ -8,9 +8,10 @@ the GCP functions import this module as it is.
 The figures (docs/aws.md, "Metrics and alarms", lists them with the alarms built on them):
 
 - counts of what a pass or a message did: launches, terminations, capacity errors, ...;
-- gauges the schedule pass reads after it ran (``fleet_gauges``): pending trials, idle
-  instances, and how many pools have their circuit breaker open or their budget reached.
-  Counts of pools rather than one metric per pool, so the template's alarms need no pool
+- gauges of the fleet as the schedule pass left it (``PassReport.gauges``, from what the
+  pass read: ``corral.services.fleet_gauges``): pending trials, idle instances, and how
+  many pools have their circuit breaker open or their budget reached. Counts of pools
+  rather than one metric per pool, so the template's alarms need no pool
   names; which pools it is, is in the same log line and in ``corral pool list``;
 - ``DecisionLatency``: how long the schedule pass took (place, plan, write), in ms.
 """
@@ -25,10 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from corral.domain import backoff, cost
 from corral.domain.errors import LaunchError, LaunchErrorClass
-from corral.domain.instance import LIVE_STATES, InstanceState
-from corral.domain.trial import TrialState
 from corral.ports.cloud import (
     CloudInstance,
     CloudProvider,
@@ -37,13 +35,11 @@ from corral.ports.cloud import (
     SpotRequest,
 )
 from corral.services.scale_up import LaunchOutcome
-from corral.services.shared.spend import pool_month_to_date
 
 if TYPE_CHECKING:  # annotations only: each handler imports just the service it runs
     from corral.services.idle_reap import ReapReport
     from corral.services.reconcile import ReconcileReport
     from corral.services.schedule_pass import PassReport
-    from corral.services.shared.service_context import Context
 
 COUNT = "Count"
 MILLISECONDS = "Milliseconds"
@@ -56,41 +52,8 @@ class Figure:
     unit: str = COUNT  # a CloudWatch unit name
 
 
-@dataclass(frozen=True)
-class FleetGauges:
-    pending_trials: int
-    idle_instances: int
-    breaker_open: tuple[str, ...]  # pool names
-    budget_reached: tuple[str, ...]
-
-
-def fleet_gauges(ctx: Context) -> FleetGauges:
-    """The fleet as stored now (read after a schedule pass: two queries and one pool-state
-    read per pool, once a pass)."""
-    now = ctx.clock.now()
-    pending = ctx.store.trials(states={TrialState.PENDING})
-    live = ctx.store.instances(states=LIVE_STATES)
-    breaker_open: list[str] = []
-    budget_reached: list[str] = []
-    for name, pool in sorted(ctx.pools.items()):
-        state = ctx.store.pool_state(name)
-        pool_live = [i for i in live if i.pool == name]
-        if backoff.is_breaker_open(state, now):
-            breaker_open.append(name)
-        spent = pool_month_to_date(state, pool_live, now)
-        if cost.budget_state(pool, spent, cost.hourly_burn_usd(pool_live)).exhausted:
-            budget_reached.append(name)
-    return FleetGauges(
-        pending_trials=len(pending),
-        idle_instances=sum(1 for i in live if i.state is InstanceState.IDLE),
-        breaker_open=tuple(breaker_open),
-        budget_reached=tuple(budget_reached),
-    )
-
-
-def schedule_figures(
-    report: PassReport, gauges: FleetGauges, latency_ms: float, messages: int
-) -> list[Figure]:
+def schedule_figures(report: PassReport, latency_ms: float, messages: int) -> list[Figure]:
+    gauges = report.gauges
     return [
         Figure("ScheduleMessages", messages),
         Figure("TrialsAssigned", len(report.assigned)),

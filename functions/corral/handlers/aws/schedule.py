@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from corral.adapters.aws.sqs_queue import parse_sqs_body
 from corral.handlers.aws import composition
 from corral.handlers.aws.cold_start import settles_after
-from corral.handlers.aws.metrics import Stopwatch, fleet_gauges, publish, schedule_figures
+from corral.handlers.aws.metrics import Stopwatch, publish, schedule_figures
 from corral.handlers.aws.observability import is_sqs_batch, make_logger, make_metrics
 from corral.ports.commands import Schedule, parse
 from corral.services.schedule_pass import run_schedule_pass
@@ -41,9 +41,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     ctx = composition.build_context()
     stopwatch = Stopwatch()
     report = run_schedule_pass(ctx)
-    latency_ms = stopwatch.elapsed_ms()  # the decision alone, not the gauges read after it
-    gauges = fleet_gauges(ctx)
-    publish(metrics, schedule_figures(report, gauges, latency_ms, len(records)))
+    latency_ms = stopwatch.elapsed_ms()
+    gauges = report.gauges
+    publish(metrics, schedule_figures(report, latency_ms, len(records)))
     logger.info(
         "schedule pass",
         extra={

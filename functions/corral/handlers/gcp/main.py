@@ -102,7 +102,7 @@ def _payload(cloud_event: Any) -> dict[str, Any]:
 def schedule(cloud_event: Any) -> None:
     """Schedule topic: commands and the one-minute Cloud Scheduler tick. Every message
     means "something changed: run a pass", so any delivery runs exactly one pass."""
-    from corral.handlers.aws.metrics import Stopwatch, fleet_gauges, log_line, schedule_figures
+    from corral.handlers.aws.metrics import Stopwatch, log_line, schedule_figures
     from corral.services.schedule_pass import run_schedule_pass
 
     ctx = _ctx()
@@ -117,12 +117,11 @@ def schedule(cloud_event: Any) -> None:
         report.conflicts,
         cloud_event["id"],
     )
-    gauges = fleet_gauges(ctx)
     log_line(
         "schedule",
-        schedule_figures(report, gauges, latency_ms, messages=1),
-        breaker_open=gauges.breaker_open,
-        budget_reached=gauges.budget_reached,
+        schedule_figures(report, latency_ms, messages=1),
+        breaker_open=report.gauges.breaker_open,
+        budget_reached=report.gauges.budget_reached,
     )
 
 
