@@ -56,6 +56,22 @@ def test_never_above_max_instances() -> None:
     assert "max_instances (2)" in plan.pending_reasons["t2"]
 
 
+def test_room_needed_is_how_far_the_waiting_demand_is_short_of_max_instances() -> None:
+    # One 1-GPU trial, the pool full of busy agents: one instance short. The reaper makes
+    # that room from an idle agent the plan does not count on (test_reaper).
+    busy = [agent(f"b{i}", 1, used=1, state=InstanceState.BUSY) for i in range(2)]
+    plan = plan_pool(pool(ONE, max_instances=2), [pending("t1")], busy, state(), NOW)
+    assert plan.launches == () and plan.room_needed == 1
+    # A gang of three 4-GPU instances in a pool with room for one more: two short.
+    full = [agent("b0", 4, used=4, state=InstanceState.BUSY)]
+    plan = plan_pool(pool(FOUR, max_instances=2), [pending("gang", 12)], full, state(), NOW)
+    assert plan.room_needed == 2
+    # Room under max_instances, refused for the budget: no shortage of room.
+    poor = pool(ONE, max_instances=5, monthly_budget_usd=0.5)
+    plan = plan_pool(poor, [pending("t1")], [], state(), NOW, month_to_date_usd=0.5)
+    assert plan.launches == () and plan.room_needed == 0
+
+
 def test_gang_launches_all_its_instances_or_none() -> None:
     plan = plan_pool(pool(FOUR, max_instances=2), [pending("gang", 12)], [], state(), NOW)
     assert plan.launches == ()
