@@ -108,13 +108,8 @@ def plan_consolidation(
             continue
         targets = _fit(pool, source, trials, mine)
         if targets is None:
-            back = _spot_is_back(pool, source, instances)
-            # Other fallback agents with free GPUs would take the trials back at once.
-            other_fallback_room = any(
-                a.id != source.id and a.free_slots > 0 and is_fallback(pool, a.offering)
-                for a in mine
-            )
-            if back is not None and is_fallback(pool, source.offering) and not other_fallback_room:
+            back = _back_to_spot(pool, source, instances, mine)
+            if back is not None:
                 reason = (
                     f"on-demand fallback, and spot is back ({back.id} launched since): "
                     f"moving its trials to spot"
@@ -132,12 +127,17 @@ def plan_consolidation(
     return None
 
 
-def _spot_is_back(
-    pool: PoolPolicy, source: Instance, instances: Sequence[Instance]
+def _back_to_spot(
+    pool: PoolPolicy, source: Instance, instances: Sequence[Instance], agents: Sequence[Instance]
 ) -> Instance | None:
-    """A spot instance of the pool that the cloud launched after ``source`` (fallback
-    capacity bought because spot was refused): proof that spot capacity is there again."""
-    if source.launched_at is None:
+    """For a fallback ``source`` whose trials fit nowhere now: a spot instance of the pool
+    that the cloud launched after it (proof that spot capacity is there again), unless
+    another fallback agent has free GPUs (it would take the trials straight back)."""
+    if not is_fallback(pool, source.offering) or source.launched_at is None:
+        return None
+    if any(
+        a.id != source.id and a.free_slots > 0 and is_fallback(pool, a.offering) for a in agents
+    ):
         return None
     newer = [
         i

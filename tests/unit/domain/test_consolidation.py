@@ -192,3 +192,25 @@ def test_no_move_that_would_leave_the_pool_below_min_instances() -> None:
     assert plan_consolidation(floor, [a, b], trials, NOW, waiting=False) is None
     spare = make_pool(SPOT_4, OD_4, consolidate=True, min_instances=1)
     assert plan_consolidation(spare, [a, b], trials, NOW, waiting=False) is not None
+
+
+def test_no_move_back_to_spot_while_another_fallback_agent_has_room() -> None:
+    # The trials would land on the other on-demand agent's free GPUs, not on spot (the
+    # simulator showed such moves repeating every 10 minutes).
+    on_demand = agent("od", ("t1", "t2", "t3", "t4"), offering=OD_4)
+    other = agent("od2", ("t9",), offering=OD_4)
+    spot = replace(
+        agent("spot", ("t5", "t6", "t7", "t8")), launched_at=(on_demand.launched_at or 0.0) + 60
+    )
+    trials = by_id(
+        *(running(t, "od") for t in ("t1", "t2", "t3", "t4")),
+        *(running(t, "spot") for t in ("t5", "t6", "t7", "t8")),
+        running("t9", "od2"),
+    )
+    move = plan_consolidation(POOL, [on_demand, other, spot], trials, NOW, waiting=False)
+    # The emptier "od2" goes back to spot first (no other fallback agent has room for its
+    # trial); "od" is not moved while "od2" has free GPUs that would take its trials.
+    assert move is not None and move.source.id == "od2"
+    without_od2 = by_id(*(t for t in trials.values() if t.id != "t9"))
+    only_od = plan_consolidation(POOL, [on_demand, other, spot], without_od2, NOW, waiting=False)
+    assert only_od is None
