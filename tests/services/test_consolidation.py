@@ -102,3 +102,17 @@ def test_nothing_moves_without_a_checkpoint_or_without_the_pool_setting() -> Non
         report_checkpoint(cluster, trial_id)
     cluster.run(MIN_RUN_S + 60)
     assert run_idle_reap(cluster.ctx).consolidated == []
+
+
+def test_nothing_moves_while_a_trial_of_the_pool_waits() -> None:
+    cluster, keep = two_agents_one_trial_each()
+    for trial_id in keep.values():
+        report_checkpoint(cluster, trial_id)
+    cluster.run(MIN_RUN_S + 60)
+    # A 4-GPU trial cannot start: no agent is free and the pool is at max_instances. The
+    # free GPUs are the waiting work's first; emptying an agent now would be wrong.
+    big = cluster.submit(resources={"slots_per_trial": 4}).trials[0].id
+    cluster.pump()
+    cluster.run(10)
+    assert cluster.trial(big).state is TrialState.PENDING
+    assert run_idle_reap(cluster.ctx).consolidated == []

@@ -53,6 +53,8 @@ from dataclasses import dataclass
 
 from corral.domain.fallback import is_fallback
 from corral.domain.instance import Instance, InstanceState
+from corral.domain.packing import BinIndex
+from corral.domain.placement import agent_bin
 from corral.domain.policy import PoolPolicy
 from corral.domain.trial import Trial, TrialState
 
@@ -88,27 +90,25 @@ def plan_consolidation(
     (others may be missing); ``waiting``: whether any trial of the pool waits."""
     if not pool.consolidate or waiting:
         return None
-    mine = [i for i in instances if i.pool == pool.name and i.is_schedulable]
+    pool_live = [i for i in instances if i.pool == pool.name and i.is_live]
+    mine = [i for i in pool_live if i.is_schedulable]
     if len(mine) <= pool.min_instances:
         return None  # the emptied agent would go, leaving the pool below min_instances
-    busy = [i for i in mine if i.state is InstanceState.BUSY and i.allocations]
-    sources = [i for i in busy if i.free_slots > 0 or is_fallback(pool, i.offering)]
+    fallback = frozenset(i.id for i in mine if is_fallback(pool, i.offering))
+    sources = [
+        i for i in mine if i.state is InstanceState.BUSY and (i.free_slots > 0 or i.id in fallback)
+    ]
     # Fallback capacity first (it costs about three times spot), then the emptiest agent.
     sources.sort(
-        key=lambda i: (
-            not is_fallback(pool, i.offering),
-            len(i.used_gpus),
-            -i.offering.hourly_price,
-            i.id,
-        )
+        key=lambda i: (i.id not in fallback, len(i.used_gpus), -i.offering.hourly_price, i.id)
     )
     for source in sources:
         trials = _movable(source, running, now)
         if trials is None:
             continue
-        targets = _fit(pool, source, trials, mine)
+        targets = _fit(source, trials, mine, fallback)
         if targets is None:
-            back = _back_to_spot(pool, source, instances, mine)
+            back = _back_to_spot(source, pool_live, mine, fallback)
             if back is not None:
                 reason = (
                     f"on-demand fallback, and spot is back ({back.id} launched since): "
@@ -116,7 +116,7 @@ def plan_consolidation(
                 )
                 return ConsolidationMove(source, trials, (), reason)
             continue
-        if _spare_after(pool, source, trials, mine) < SPARE_FRACTION * source.slots:
+        if _spare_after(source, trials, mine, fallback) < SPARE_FRACTION * source.slots:
             continue  # the next arrivals would wait for a boot: keep the slack
         moved_gpus = sum(t.slots for t in trials)
         reason = (
@@ -128,37 +128,32 @@ def plan_consolidation(
 
 
 def _back_to_spot(
-    pool: PoolPolicy, source: Instance, instances: Sequence[Instance], agents: Sequence[Instance]
+    source: Instance,
+    pool_live: Sequence[Instance],
+    agents: Sequence[Instance],
+    fallback: frozenset[str],
 ) -> Instance | None:
     """For a fallback ``source`` whose trials fit nowhere now: a spot instance of the pool
     that the cloud launched after it (proof that spot capacity is there again), unless
     another fallback agent has free GPUs (it would take the trials straight back)."""
-    if not is_fallback(pool, source.offering) or source.launched_at is None:
+    if source.id not in fallback or source.launched_at is None:
         return None
-    if any(
-        a.id != source.id and a.free_slots > 0 and is_fallback(pool, a.offering) for a in agents
-    ):
+    if any(a.id != source.id and a.free_slots > 0 and a.id in fallback for a in agents):
         return None
     newer = [
         i
-        for i in instances
-        if i.pool == pool.name
-        and i.is_live
-        and i.offering.is_spot
-        and i.launched_at is not None
-        and i.launched_at > source.launched_at
+        for i in pool_live
+        if i.offering.is_spot and i.launched_at is not None and i.launched_at > source.launched_at
     ]
     return min(newer, key=lambda i: (i.launched_at or 0.0, i.id), default=None)
 
 
 def _spare_after(
-    pool: PoolPolicy, source: Instance, trials: Sequence[Trial], agents: Sequence[Instance]
+    source: Instance, trials: Sequence[Trial], agents: Sequence[Instance], fallback: frozenset[str]
 ) -> int:
     """Free GPUs left on the pool's other agents once ``trials`` moved onto them (fallback
     agents' GPUs do not count: they are the first to go)."""
-    free = sum(
-        a.free_slots for a in agents if a.id != source.id and not is_fallback(pool, a.offering)
-    )
+    free = sum(a.free_slots for a in agents if a.id != source.id and a.id not in fallback)
     return free - sum(t.slots for t in trials)
 
 
@@ -185,25 +180,26 @@ def _movable(
 
 
 def _fit(
-    pool: PoolPolicy, source: Instance, trials: Sequence[Trial], agents: Sequence[Instance]
+    source: Instance, trials: Sequence[Trial], agents: Sequence[Instance], fallback: frozenset[str]
 ) -> tuple[str, ...] | None:
-    """Best fit of ``trials`` (largest first) on the free GPUs of the other agents; the
-    target of each, or None when one does not fit."""
-    from_fallback = is_fallback(pool, source.offering)
-    free: dict[str, int] = {}
-    for agent in agents:
-        if agent.id == source.id or agent.free_slots <= 0:
-            continue
-        if is_fallback(pool, agent.offering):
-            continue  # never pile work onto the capacity that should go first
-        if agent.state is InstanceState.BUSY or (from_fallback and agent.offering.is_spot):
-            free[agent.id] = agent.free_slots
+    """Where ``trials`` (largest first) land on the other agents' free GPUs, packed as the
+    scheduler packs them (``BinIndex``: best fit, expensive GPUs last); the agent of each,
+    or None when one does not fit on a single agent. Never on fallback agents (the capacity
+    that should go first); idle agents only for a fallback source (back to spot)."""
+    from_fallback = source.id in fallback
+    index = BinIndex.of(
+        agent_bin(a)
+        for a in sorted(agents, key=lambda a: a.id)
+        if a.id != source.id
+        and a.id not in fallback
+        and a.free_slots > 0
+        # Idle agents only for a fallback source: not fallback themselves, so they are spot.
+        and (a.state is InstanceState.BUSY or from_fallback)
+    )
     targets: list[str] = []
     for trial in sorted(trials, key=lambda t: (-t.slots, t.id)):
-        fitting = [a for a, n in free.items() if n >= trial.slots]
-        if not fitting:
+        parts = index.place(trial.slots)
+        if parts is None or len(parts) != 1:
             return None
-        best = min(fitting, key=lambda a: (free[a], a))
-        free[best] -= trial.slots
-        targets.append(best)
+        targets.append(parts[0][0])
     return tuple(targets)

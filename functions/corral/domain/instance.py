@@ -136,6 +136,16 @@ class Instance:
         return self.state in LIVE_STATES
 
     @property
+    def drained_for_idleness(self) -> bool:
+        """Drained only because it idled (or to make room): the agent may be taken back for
+        new work. One drained for an interruption notice or by consolidation never is."""
+        return (
+            self.state is IS.DRAINING
+            and self.interruption_notice_at is None
+            and self.consolidated_at is None
+        )
+
+    @property
     def is_starting(self) -> bool:
         return self.state in STARTING_STATES
 

@@ -127,12 +127,7 @@ def infeasible_reason(slots: int, pool: PoolPolicy) -> str | None:
 
 def _is_reusable(instance: Instance) -> bool:
     """A drained-for-idleness agent that new demand can take back instead of a launch."""
-    return (
-        instance.state is InstanceState.DRAINING
-        and instance.interruption_notice_at is None
-        and instance.consolidated_at is None
-        and not instance.allocations
-    )
+    return instance.drained_for_idleness and not instance.allocations
 
 
 def _describe(offering: Offering) -> str:

@@ -234,7 +234,7 @@ def _settle_draining(
     """Terminate, take back, or (None) keep waiting for one DRAINING agent. One drained
     for an interruption notice or by consolidation (its trials are on their way to other
     agents) is never taken back: it waits for its trials to leave, then goes."""
-    for_idleness = inst.interruption_notice_at is None and inst.consolidated_at is None
+    for_idleness = inst.drained_for_idleness
     if for_idleness and inst.allocations:
         return ReapDecision(inst, IS.IDLE, "work was assigned while draining")
     if for_idleness and inst.id in reserved:

@@ -83,11 +83,14 @@ def _consolidate(
         return
     touched = {*report.drained, *report.undrained, *report.terminated}
     untouched = [i for i in live if i.id not in touched]
-    running = {t.id: t for t in ctx.store.trials(states={TrialState.RUNNING})}
     now = ctx.clock.now()
     for pool in pools:
-        waits = any(t.pool == pool.name for t in waiting)
-        move = plan_consolidation(pool, untouched, running, now, waiting=waits)
+        if any(t.pool == pool.name for t in waiting):
+            continue  # free GPUs belong to the waiting work first (and a move may be under way)
+        # The pool's running trials only, and only for pools that consolidate.
+        found = ctx.store.trials(states={TrialState.RUNNING}, pool=pool.name)
+        running = {t.id: t for t in found}
+        move = plan_consolidation(pool, untouched, running, now, waiting=False)
         if move is None:
             continue
         drained = replace(

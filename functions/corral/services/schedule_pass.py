@@ -102,13 +102,7 @@ def _take_back_drained(
     work waiting up to a timer period while a warm agent sits there (work submitted while
     the last run's agents drain). Agents draining for an interruption, or emptied by
     consolidation, never come back."""
-    drained = [
-        i
-        for i in live.values()
-        if i.state is InstanceState.DRAINING
-        and i.interruption_notice_at is None
-        and i.consolidated_at is None
-    ]
+    drained = [i for i in live.values() if i.drained_for_idleness]
     if not pending or not drained:
         return []
     _, plans = plan_all(ctx, pending, list(live.values()))

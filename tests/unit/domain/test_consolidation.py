@@ -113,7 +113,9 @@ def test_gang_members_are_never_moved() -> None:
         placement=Placement((("a", (0,)), ("b", (0,)))),
         latest_checkpoint="ckpt",
     )
-    assert plan_consolidation(POOL, [a, b], {"g": gang}, NOW, waiting=False) is None
+    # A third, idle agent leaves spare room: only the gang rule can refuse the move.
+    spare = agent("idle", ())
+    assert plan_consolidation(POOL, [a, b, spare], {"g": gang}, NOW, waiting=False) is None
 
 
 def test_no_move_when_the_trials_do_not_fit_elsewhere() -> None:
@@ -214,3 +216,72 @@ def test_no_move_back_to_spot_while_another_fallback_agent_has_room() -> None:
     without_od2 = by_id(*(t for t in trials.values() if t.id != "t9"))
     only_od = plan_consolidation(POOL, [on_demand, other, spot], without_od2, NOW, waiting=False)
     assert only_od is None
+
+
+def test_fallback_agents_are_emptied_before_emptier_spot_agents() -> None:
+    spot = agent("a-spot", ("t1",))  # one trial: the emptiest
+    on_demand = agent("z-od", ("t2", "t3"), offering=OD_4)
+    room = agent("room", ("t4",))
+    spare = agent("spare", ())
+    trials = by_id(running("t1", "a-spot"), running("t2", "z-od"), running("t3", "z-od"))
+    trials |= by_id(running("t4", "room"))
+    agents = [spot, on_demand, room, spare]
+    move = plan_consolidation(POOL, agents, trials, NOW, waiting=False)
+    assert move is not None and move.source.id == "z-od"
+
+
+def test_spot_work_never_moves_onto_free_gpus_of_a_fallback_agent() -> None:
+    spot = agent("spot", ("t1",))
+    on_demand = agent("od", ("t2",), offering=OD_4)  # free GPUs, but on-demand
+    other = agent("spot2", ("t3", "t4", "t5", "t6"))  # full: nowhere else to go
+    trials = by_id(running("t1", "spot"), *(running(t, "spot2") for t in ("t3", "t4", "t5", "t6")))
+    spare = agent("spare", ())  # idle spot: room for arrivals, not a target for spot work
+    # The on-demand agent's own trial is unknown (not running yet): only "spot" could move.
+    agents = [spot, on_demand, other, spare]
+    assert plan_consolidation(POOL, agents, trials, NOW, waiting=False) is None
+
+
+def test_a_trial_moved_recently_stays_put_however_long_it_ran_before() -> None:
+    a, b = agent("a", ("t1",)), agent("b", ("t2",))
+    old_run = running("t1", "a", since=LONG_AGO - 3600)
+    # Moved (or preempted) 5 minutes ago: its latest run is young.
+    resumed = (
+        old_run.transition(TrialState.PREEMPTED, NOW - 400, "moved")
+        .transition(TrialState.PENDING, NOW - 390, "requeued")
+        .assigned(Placement((("a", (0,)),)), NOW - 310)
+        .transition(TrialState.RUNNING, NOW - 300, "running")
+    )
+    trials = by_id(replace(resumed, latest_checkpoint="ckpt"), running("t2", "b", since=NOW - 60))
+    assert plan_consolidation(POOL, [a, b], trials, NOW, waiting=False) is None
+
+
+def test_fallback_gpus_are_no_spare_room() -> None:
+    # a's trial fits on b; the only other free GPUs are on an on-demand agent, which does not
+    # count as room for the next arrivals.
+    a, b = agent("a", ("t1",)), agent("b", ("t2", "t3", "t4"))
+    on_demand = agent("od", (), offering=OD_4)
+    trials = by_id(running("t1", "a"), *(running(t, "b") for t in ("t2", "t3", "t4")))
+    assert plan_consolidation(POOL, [a, b, on_demand], trials, NOW, waiting=False) is None
+
+
+def test_back_to_spot_needs_a_newer_spot_launch_not_any_newer_launch() -> None:
+    on_demand = agent("od", ("t1", "t2", "t3", "t4"), offering=OD_4)
+    newer_od = replace(
+        agent("od2", ("t5", "t6", "t7", "t8"), offering=OD_4),
+        launched_at=(on_demand.launched_at or 0.0) + 60,
+    )
+    trials = by_id(
+        *(running(t, "od") for t in ("t1", "t2", "t3", "t4")),
+        *(running(t, "od2") for t in ("t5", "t6", "t7", "t8")),
+    )
+    assert plan_consolidation(POOL, [on_demand, newer_od], trials, NOW, waiting=False) is None
+
+
+def test_fallback_work_goes_to_idle_spot_agents_never_to_idle_on_demand_ones() -> None:
+    on_demand = agent("od", ("t1",), offering=OD_4)
+    idle_od = agent("od-idle", (), offering=OD_4)
+    trials = by_id(running("t1", "od"))
+    assert plan_consolidation(POOL, [on_demand, idle_od], trials, NOW, waiting=False) is None
+    idle_spot = agent("spot-idle", ())
+    move = plan_consolidation(POOL, [on_demand, idle_od, idle_spot], trials, NOW, waiting=False)
+    assert move is not None and move.targets == ("spot-idle",)
