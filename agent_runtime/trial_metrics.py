@@ -230,6 +230,11 @@ class MetricsTailer:
                 if tail.skipping or len(rest) > MAX_LINE:
                     tail.skipping = True  # an overlong line: drop it as it comes
                     tail.offset += len(rest)
+                    if tail.ended and last_chunk:  # the run's last line: it ends here
+                        tail.skipping = False
+                        self._problem(tail, f"longer than {MAX_LINE} bytes")
+                        tail.line_no += 1
+                        tail.eof = True
                 elif tail.ended and last_chunk:
                     if rest:  # the last line of a finished run, written without newline
                         tail.offset += len(rest)

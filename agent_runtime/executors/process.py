@@ -12,7 +12,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -114,8 +114,7 @@ class ProcessExecutor:
             )
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        base = {k: v for k, v in os.environ.items() if not k.startswith(_PRIVATE_PREFIXES)}
-        env = {**base, **spec.env}
+        env = process_env(os.environ, spec.env)
         if spec.uid is not None or spec.gid is not None:
             # The trial must be able to write its scratch and checkpoint directories.
             owned = [spec.work_dir, spec.checkpoint_dir]
@@ -154,6 +153,17 @@ class ProcessExecutor:
         pid_file = spec.work_dir / PID_FILE
         pid_file.write_text(str(proc.pid))
         return ProcessHandle(proc, readers, pid_file)
+
+
+def process_env(host: Mapping[str, str], trial: Mapping[str, str]) -> dict[str, str]:
+    """A process trial's environment: the host's (minus the agent's own settings) under the
+    trial's. The trial's ``PYTHONPATH`` (the corral_trial helper first) goes in front of the
+    host's instead of replacing it, so what the host put on the path stays importable."""
+    env = {k: v for k, v in host.items() if not k.startswith(_PRIVATE_PREFIXES)}
+    env.update(trial)
+    if trial.get("PYTHONPATH") and host.get("PYTHONPATH"):
+        env["PYTHONPATH"] = f"{trial['PYTHONPATH']}:{host['PYTHONPATH']}"
+    return env
 
 
 def _read_pid(path: Path) -> int | None:

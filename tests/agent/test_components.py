@@ -16,6 +16,7 @@ from agent_runtime.client import (
 )
 from agent_runtime.config import AgentConfig, load_config
 from agent_runtime.executors import wrap_entrypoint
+from agent_runtime.executors.process import process_env
 from agent_runtime.identity import GceMetadata
 from agent_runtime.interruptions import grace_for
 from agent_runtime.trial_env import checkpoint_dir, trial_env
@@ -205,3 +206,13 @@ def test_control_plane_proxy_honours_no_proxy() -> None:
         {**base, "https_proxy": "http://p:3128", "no_proxy": ".internal"}
     )
     assert _proxies(bypass) is None
+
+
+def test_a_process_trial_keeps_the_hosts_python_path_behind_the_helper() -> None:
+    host = {"PYTHONPATH": "/opt/site", "HOME": "/root", "CORRAL_AGENT_DEV_TOKEN": "secret"}
+    trial = {"PYTHONPATH": "/helper:/user", "CORRAL_TRIAL_ID": "t1"}
+    env = process_env(host, trial)
+    assert env["PYTHONPATH"] == "/helper:/user:/opt/site"
+    assert env["HOME"] == "/root" and env["CORRAL_TRIAL_ID"] == "t1"
+    assert "CORRAL_AGENT_DEV_TOKEN" not in env  # the agent's own settings stay private
+    assert process_env({}, trial)["PYTHONPATH"] == "/helper:/user"

@@ -119,6 +119,23 @@ def test_an_overlong_line_arriving_in_pieces_is_dropped_as_it_comes(
     assert len(problems) == 1 and "longer than 100 bytes" in problems[0][1]
 
 
+def test_an_overlong_unterminated_last_line_does_not_hold_the_ended_run(
+    clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run ended with a huge line and no newline: it is dropped, counted, and the run's
+    # file is let go (the agent's exit waits for its metrics backlog to drain).
+    monkeypatch.setattr(trial_metrics, "MAX_LINE", 100)
+    t, problems = tailer(clock)
+    path = t.start_run("t1", tmp_path)
+    path.write_bytes(line(a=1) + b"y" * 150)
+    assert [seq - T0_US for seq, _ in shipped(t)] == [0]
+    t.end_run("t1")
+    for _ in range(3):
+        shipped(t)
+    assert t.backlog() == 0 and not path.exists()
+    assert len(problems) == 1 and "longer than 100 bytes" in problems[0][1]
+
+
 def test_only_the_first_problems_reach_the_trials_log(clock: FakeClock, tmp_path: Path) -> None:
     t, problems = tailer(clock)
     path = t.start_run("t1", tmp_path)

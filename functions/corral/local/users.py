@@ -61,7 +61,8 @@ def names(state: StateDir) -> list[str]:
 
 def set_token(state: StateDir, name: str, *, replace: bool) -> str:
     """A new token for ``name``, stored as its digest; returns the token. An existing user
-    is refused unless ``replace`` (their old token stops working)."""
+    is refused unless ``replace`` (their old token stops working). The default user's token
+    also goes to the token file the CLI reads."""
     check_name(name)
     token = secrets.token_urlsafe(24)
     with state.locked():
@@ -73,12 +74,14 @@ def set_token(state: StateDir, name: str, *, replace: bool) -> str:
             )
         kept = [e for e in entries if e["name"] != name]
         _write(state, [*kept, {"name": name, "token_sha256": token_digest(token)}])
+        if name == DEFAULT_USER:
+            # The CLI signs in as ``local`` from the token file: it follows every new token
+            # (`corral dev user add local --rotate` too), or every later command gets 401.
+            state.write(state.token_file, token + "\n")
+            state.token_file.chmod(0o600)
     return token
 
 
 def start_default_user(state: StateDir) -> str:
     """At stack start: a new token for ``local``, in the users file and the token file."""
-    token = set_token(state, DEFAULT_USER, replace=True)
-    state.write(state.token_file, token + "\n")
-    state.token_file.chmod(0o600)
-    return token
+    return set_token(state, DEFAULT_USER, replace=True)

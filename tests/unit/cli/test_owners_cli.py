@@ -128,6 +128,16 @@ def test_dev_user_add_prints_a_token_the_api_accepts(state: StateDir) -> None:
     assert cli("dev", "user", "list").output.split() == ["bob"]
 
 
+def test_rotating_the_default_users_token_keeps_the_cli_signed_in(state: StateDir) -> None:
+    from corral.local.users import start_default_user
+
+    start_default_user(state)
+    rotated = CliRunner().invoke(app, ["dev", "user", "add", "local", "--rotate"])
+    assert rotated.exit_code == 0, rotated.output
+    assert state.token_file.read_text().strip() == rotated.stdout.strip()
+    assert state.token_file.stat().st_mode & 0o077 == 0
+
+
 @pytest.mark.parametrize("name", ["", "-dash", "with space", "a/b", "x" * 65])
 def test_dev_user_add_refuses_bad_names(state: StateDir, name: str) -> None:
     result = cli("dev", "user", "add", "--", name)
