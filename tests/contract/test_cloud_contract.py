@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from corral.domain.errors import LaunchError, LaunchErrorClass
 from corral.ports.cloud import CloudInstance, CloudProvider, CloudState, LaunchRequest
 
 if TYPE_CHECKING:  # conftest is not importable as a module at run time; types only
@@ -130,3 +131,64 @@ def test_a_repeated_launch_token_yields_one_instance(
     assert len([r for r in cloud_env.cloud.list_spot_requests() if r.record_id == "rec-t"]) <= 1
     other = cloud_env.cloud.launch(LaunchRequest("rec-u", "gpu", offering, "rec-u-a0"))
     assert (other.cloud_id, other.spot_request_id) != (first.cloud_id, first.spot_request_id)
+
+
+# ---- stop and start (the warm pool) ---------------------------------------------------------
+def launch_stoppable(env: CloudHarness, record_id: str, spot: bool = False) -> str:
+    offering = env.spot if spot else env.on_demand
+    request = LaunchRequest(record_id, "gpu", offering, f"{record_id}-a0", stoppable=True)
+    result = env.cloud.launch(request)
+    assert result.cloud_id is not None
+    return result.cloud_id
+
+
+@pytest.mark.parametrize("spot", [False, True], ids=["on-demand", "spot"])
+def test_a_stopped_instance_keeps_its_tags_and_starts_again(
+    cloud_env: CloudHarness, spot: bool
+) -> None:
+    cloud_id = launch_stoppable(cloud_env, "rec-w", spot=spot)
+    assert cloud_env.cloud.stop([cloud_id]) == {cloud_id}
+    listed = owned(cloud_env.cloud)[cloud_id]
+    assert listed.state is CloudState.STOPPED
+    assert (listed.pool, listed.record_id, listed.is_spot) == ("gpu", "rec-w", spot)
+    started = cloud_env.cloud.start(cloud_id, "rec-w-a1")
+    assert started.cloud_id == cloud_id
+    again = owned(cloud_env.cloud)[cloud_id]
+    assert again.state in (CloudState.PENDING, CloudState.RUNNING)
+    assert (again.pool, again.record_id) == ("gpu", "rec-w")
+
+
+def test_stop_is_idempotent_and_skips_what_is_not_ours(cloud_env: CloudHarness) -> None:
+    key, _ = cloud_env.ownership
+    foreign = cloud_env.add_foreign({key: "another-cluster", "corral-pool": "gpu"})
+    cloud_id = launch_stoppable(cloud_env, "rec-w")
+    assert cloud_env.cloud.stop([foreign, cloud_env.unknown_id, cloud_id]) == {cloud_id}
+    assert cloud_env.cloud.stop([cloud_id]) == {cloud_id}
+    assert cloud_env.cloud.stop([]) == frozenset()
+    assert cloud_env.raw_state(foreign) in (CloudState.PENDING, CloudState.RUNNING)
+
+
+def test_start_of_a_running_instance_confirms_it(cloud_env: CloudHarness) -> None:
+    cloud_id = launch_stoppable(cloud_env, "rec-w")
+    assert cloud_env.cloud.start(cloud_id, "rec-w-a0").cloud_id == cloud_id
+    assert owned(cloud_env.cloud)[cloud_id].state in (CloudState.PENDING, CloudState.RUNNING)
+
+
+def test_start_refuses_what_is_not_ours_or_gone(cloud_env: CloudHarness) -> None:
+    key, _ = cloud_env.ownership
+    foreign = cloud_env.add_foreign({key: "another-cluster", "corral-pool": "gpu"})
+    gone = launch_stoppable(cloud_env, "rec-g")
+    cloud_env.cloud.terminate([gone])
+    for cloud_id in (foreign, cloud_env.unknown_id, gone):
+        with pytest.raises(LaunchError) as refused:
+            cloud_env.cloud.start(cloud_id, "rec-x-a0")
+        assert refused.value.error_class is LaunchErrorClass.INVALID_CONFIG
+
+
+def test_a_stopped_instance_can_be_terminated(cloud_env: CloudHarness) -> None:
+    cloud_id = launch_stoppable(cloud_env, "rec-w", spot=True)
+    cloud_env.cloud.stop([cloud_id])
+    assert cloud_env.cloud.terminate([cloud_id]) == {cloud_id}
+    assert not alive(owned(cloud_env.cloud).get(cloud_id))
+    # Nothing comes back in its place (EC2 relaunches for an uncancelled persistent request).
+    assert [i for i in cloud_env.cloud.list_owned() if alive(i)] == []

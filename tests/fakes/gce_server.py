@@ -7,15 +7,26 @@ library, its REST transport and its pagers:
 
 - ``instances.insert`` (with ``requestId`` idempotency: the same id returns the first
   operation and creates nothing; a taken name is 409 ``alreadyExists``), ``get``, ``list``
-  and ``aggregatedList`` (``filter`` with ``labels.KEY = "VALUE"`` clauses joined by AND,
-  ``maxResults`` / ``pageToken`` paging), ``delete`` (the instance is gone at once);
-- ``zoneOperations.get`` and ``wait``;
-- fault injection: ``fail_next_insert`` answers the next insert with an HTTP error or with
-  an operation that finishes in error (how GCE reports stockouts), ``slow_operations``
-  leaves insert operations RUNNING until waited on ``n`` times.
+  and ``aggregatedList`` (``filter`` with ``FIELD = "VALUE"`` / ``FIELD != "VALUE"`` clauses
+  joined by AND, on ``labels.KEY``, ``name`` or ``status``; ``maxResults`` / ``pageToken``
+  paging), ``delete``;
+- ``instances.stop`` and ``start`` with GCE's status transitions: stop takes a VM through
+  STOPPING to TERMINATED (GCE's word for stopped: disk and labels stay); start takes a
+  TERMINATED VM back to RUNNING. Stopping a stopped VM and starting a running one succeed
+  and change nothing; either call on a VM in the middle of another operation is 400
+  ``resourceNotReady``; a VM that is gone is 404. Both honour ``requestId`` as insert does;
+- ``zoneOperations.get``, ``wait`` and ``list`` (``filter`` as above, on ``operationType``
+  and ``status``);
+- fault injection: ``fail_next_insert`` / ``fail_next_start`` answer the next insert / start
+  with an HTTP error or with an operation that finishes in error (how GCE reports stockouts:
+  a start refused for capacity leaves the VM TERMINATED), ``slow_operations`` leaves insert
+  operations RUNNING until waited on ``n`` times, and ``hold`` leaves the stops, starts or
+  deletes named in it half done (the VM STOPPING or STAGING, the operation RUNNING) until
+  ``settle()``. Unheld, the transitions complete at once (an insert is RUNNING at once, a
+  deleted VM is gone at once).
 
 What it does not model: quotas, real validation of the body (it stores what it gets), label
-charset rules, instance status transitions (inserted instances are RUNNING at once).
+charset rules, the PROVISIONING and STAGING of a fresh insert.
 """
 
 from __future__ import annotations
@@ -33,7 +44,17 @@ from tests.fakes.http import QuietHandler, send_json
 
 _ZONE_PATH = re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/(instances|operations)(.*)$")
 _AGGREGATED = re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instances$")
-_CLAUSE = re.compile(r'labels\.([^\s=!]+)\s*=\s*"?([^"\s)]*)"?')
+_CLAUSE = re.compile(r'([A-Za-z][\w.-]*)\s*(!=|=)\s*"?([^"\s)]*)"?')
+# Where a VM in one of these statuses can be stopped from (stop is a no-op when it already is
+# TERMINATED); start leaves a VM in _UP as it is.
+_STOPPABLE = {"PROVISIONING", "STAGING", "RUNNING", "REPAIRING", "SUSPENDED"}
+_UP = {"PROVISIONING", "STAGING", "RUNNING"}
+# operationType -> (the status while the operation runs, the status it ends in; None: gone)
+_TRANSITIONS: dict[str, tuple[str, str | None]] = {
+    "stop": ("STOPPING", "TERMINATED"),
+    "start": ("STAGING", "RUNNING"),
+    "delete": ("STOPPING", None),
+}
 
 
 @dataclass
@@ -61,12 +82,45 @@ class FakeCompute:
     by_request_id: dict[str, str] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    start_faults: list[Fault] = field(default_factory=list)
     slow_operations: int = 0  # waits an insert operation needs before it is DONE
+    hold: set[str] = field(default_factory=set)  # "stop" / "start" / "delete": left half done
+    # Held operations: operation name -> (the instance's key, its status once done; None: gone)
+    pending: dict[str, tuple[tuple[str, str, str], str | None]] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
     _counter: int = 0
 
     def fail_next_insert(self, fault: Fault) -> None:
         self.faults.append(fault)
+
+    def fail_next_start(self, fault: Fault) -> None:
+        self.start_faults.append(fault)
+
+    def settle(self) -> None:
+        """Finish every held stop, start and delete: the VMs reach their end status."""
+        with self.lock:
+            for name in list(self.pending):
+                self._finish(name)
+
+    def _finish(self, op_name: str) -> None:
+        key, final = self.pending.pop(op_name)
+        self.operations[op_name] |= {"status": "DONE", "progress": 100}
+        if final is None:
+            self.instances.pop(key, None)
+        elif key in self.instances:
+            self._set_status(self.instances[key], final)
+
+    def _set_status(self, instance: dict[str, Any], status: str) -> None:
+        now = datetime.now(UTC).isoformat(timespec="milliseconds")
+        if status == "RUNNING":
+            instance["lastStartTimestamp"] = now
+        elif status == "TERMINATED":
+            instance["lastStopTimestamp"] = now
+        instance["status"] = status
+
+    def busy(self, key: tuple[str, str, str]) -> bool:
+        """Whether an operation on the instance is still running."""
+        return any(k == key for k, _ in self.pending.values())
 
     def add_instance(self, project: str, zone: str, name: str, labels: dict[str, str]) -> None:
         """An instance created outside Corral (by someone else)."""
@@ -95,6 +149,7 @@ class FakeCompute:
             "zone": base,
             "status": "RUNNING",
             "creationTimestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "lastStartTimestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "selfLink": f"{base}/instances/{body['name']}",
         }
         for n, nic in enumerate(instance.get("networkInterfaces") or []):
@@ -120,6 +175,19 @@ class FakeCompute:
         self.operations[name] = op
         return op
 
+    def _transition(self, key: tuple[str, str, str], kind: str) -> dict[str, Any]:
+        """Begin a stop, start or delete: done at once, or held half done (``hold``)."""
+        project, zone, name = key
+        op = self._operation(project, zone, kind, name)
+        during, final = _TRANSITIONS[kind]
+        self.pending[op["name"]] = (key, final)
+        if kind in self.hold:
+            op |= {"status": "RUNNING", "progress": 0}
+            self._set_status(self.instances[key], during)
+        else:
+            self._finish(op["name"])
+        return op
+
 
 class GceError(Exception):
     def __init__(self, status: int, reason: str, message: str) -> None:
@@ -131,9 +199,17 @@ class GceError(Exception):
         return {"error": {"code": self.status, "message": self.message, "errors": [detail]}}
 
 
-def _matches(instance: dict[str, Any], expression: str) -> bool:
-    labels = instance.get("labels") or {}
-    return all(labels.get(k) == v for k, v in _CLAUSE.findall(expression or ""))
+def _matches(resource: dict[str, Any], expression: str) -> bool:
+    """``FIELD = "VALUE"`` / ``FIELD != "VALUE"`` clauses, all of them (GCE's implicit AND)."""
+    labels = resource.get("labels") or {}
+    for name, operator, value in _CLAUSE.findall(expression or ""):
+        if name.startswith("labels."):
+            found = labels.get(name.removeprefix("labels."))
+        else:
+            found = resource.get(name)
+        if (str(found) == value) != (operator == "="):
+            return False
+    return True
 
 
 class _Handler(QuietHandler):
@@ -175,34 +251,76 @@ class _Handler(QuietHandler):
             raise GceError(404, "notFound", f"no such path {path}")
         project, zone, collection, rest = match.groups()
         if collection == "operations":
-            return self._operation(rest.strip("/"), method)
-        name = rest.strip("/")
+            return self._operation(project, zone, rest.strip("/"), method, query)
+        name, _, action = rest.strip("/").partition("/")
         if not name and method == "POST":
             return self._insert(project, zone, body, query.get("requestId"))
         if not name and method == "GET":
-            found = [
+            listed = [
                 i
                 for (p, z, _), i in sorted(state.instances.items(), key=lambda kv: kv[0])
                 if (p, z) == (project, zone) and _matches(i, query.get("filter", ""))
             ]
-            page, token = _page(found, query)
+            page, token = _page(listed, query)
             return {"kind": "compute#instanceList", "items": page} | token
         instance = state.instances.get((project, zone, name))
         if instance is None:
             raise GceError(404, "notFound", f"The resource 'instances/{name}' was not found")
-        if method == "GET":
+        key = (project, zone, name)
+        if method == "GET" and not action:
             return instance
-        if method == "DELETE":
-            del state.instances[(project, zone, name)]
-            return state._operation(project, zone, "delete", name)
+        if method == "DELETE" and not action:
+            return _public(state._transition(key, "delete"))
+        if method == "POST" and action in ("stop", "start"):
+            return self._stop_or_start(key, action, query.get("requestId"))
         raise GceError(405, "methodNotAllowed", method)
+
+    def _stop_or_start(
+        self, key: tuple[str, str, str], action: str, request_id: str | None
+    ) -> dict[str, Any]:
+        state = self.server.state
+        if request_id is not None and request_id in state.by_request_id:
+            return _public(state.operations[state.by_request_id[request_id]])
+        status = str(state.instances[key]["status"])
+        if state.busy(key) or status in ("STOPPING", "SUSPENDING"):
+            raise GceError(400, "resourceNotReady", f"The resource '{key[2]}' is not ready")
+        if action == "stop":
+            op = self._stop(key, status)
+        else:
+            op = self._start(key, status)
+        if request_id is not None:
+            state.by_request_id[request_id] = op["name"]
+        return _public(op)
+
+    def _stop(self, key: tuple[str, str, str], status: str) -> dict[str, Any]:
+        state = self.server.state
+        if status in _STOPPABLE:
+            return state._transition(key, "stop")
+        return state._operation(key[0], key[1], "stop", key[2])  # already stopped: no change
+
+    def _start(self, key: tuple[str, str, str], status: str) -> dict[str, Any]:
+        state = self.server.state
+        if status in _UP:
+            return state._operation(key[0], key[1], "start", key[2])  # already up: no change
+        if status != "TERMINATED":
+            raise GceError(400, "invalid", f"Instance '{key[2]}' is {status}: resume it instead")
+        fault = state.start_faults.pop(0) if state.start_faults else None
+        if fault is not None and fault.http_status is not None:
+            raise GceError(fault.http_status, fault.reason, fault.message)
+        if fault is not None and fault.op_error_code is not None:
+            # Refused (a stockout): the VM stays TERMINATED, the operation ends in error.
+            op = state._operation(key[0], key[1], "start", key[2])
+            error = {"code": fault.op_error_code, "message": fault.message}
+            op |= {"error": {"errors": [error]}, "httpErrorStatusCode": 503}
+            return op
+        return state._transition(key, "start")
 
     def _insert(
         self, project: str, zone: str, body: dict[str, Any], request_id: str | None
     ) -> dict[str, Any]:
         state = self.server.state
         if request_id is not None and request_id in state.by_request_id:
-            return state.operations[state.by_request_id[request_id]]
+            return _public(state.operations[state.by_request_id[request_id]])
         fault = state.faults.pop(0) if state.faults else None
         if fault is not None and fault.http_status is not None:
             raise GceError(fault.http_status, fault.reason, fault.message)
@@ -218,10 +336,21 @@ class _Handler(QuietHandler):
             op |= {"status": "RUNNING", "progress": 0, "_waits": state.slow_operations}
         if request_id is not None:
             state.by_request_id[request_id] = op["name"]
-        return {k: v for k, v in op.items() if not k.startswith("_")}
+        return _public(op)
 
-    def _operation(self, rest: str, method: str) -> dict[str, Any]:
+    def _operation(
+        self, project: str, zone: str, rest: str, method: str, query: dict[str, str]
+    ) -> dict[str, Any]:
         name, _, action = rest.partition("/")
+        if not name and method == "GET":
+            found = [
+                _public(op)
+                for op in self.server.state.operations.values()
+                if op["zone"].endswith(f"/projects/{project}/zones/{zone}")
+                and _matches(op, query.get("filter", ""))
+            ]
+            page, token = _page(found, query)
+            return {"kind": "compute#operationList", "items": page} | token
         op = self.server.state.operations.get(name)
         if op is None:
             raise GceError(404, "notFound", f"operation {name} not found")
@@ -231,7 +360,12 @@ class _Handler(QuietHandler):
                 op["_waits"] = waits - 1
                 if waits == 1:
                     op |= {"status": "DONE", "progress": 100}
-        return {k: v for k, v in op.items() if not k.startswith("_")}
+        return _public(op)
+
+
+def _public(op: dict[str, Any]) -> dict[str, Any]:
+    """The operation as GCE shows it (without the fake's own bookkeeping keys)."""
+    return {k: v for k, v in op.items() if not k.startswith("_")}
 
 
 def _page(items: list[Any], query: dict[str, str]) -> tuple[list[Any], dict[str, str]]:

@@ -71,6 +71,7 @@ def test_every_ec2_mutation_is_tag_conditioned(policies: dict[str, list[Statemen
     stmts = _all(policies)
     mutations = {a for s in stmts for a in s.actions if a.startswith("ec2:")}
     assert {"ec2:TerminateInstances", "ec2:CancelSpotInstanceRequests"} <= mutations
+    assert {"ec2:StopInstances", "ec2:StartInstances"} <= mutations  # the warm pool
     assert iam_rules.untagged_ec2_mutations(stmts) == []
 
 
@@ -117,6 +118,7 @@ def test_not_action_is_flagged() -> None:
     [
         _stmt(["ec2:TerminateInstances"], ["arn:aws:ec2:*:1:instance/*"]),
         _stmt(["ec2:StopInstances"], ["*"], {"StringEquals": {"ec2:ResourceTag/other": "x"}}),
+        _stmt(["ec2:StartInstances"], ["arn:aws:ec2:*:1:instance/*"]),
         _stmt(["ec2:CancelSpotInstanceRequests"], ["*"], {"StringLike": OWNED["StringEquals"]}),
         # Right key, wrong value: another installation's instances.
         _stmt(

@@ -185,7 +185,9 @@ def _ec2_grants(template: dict[str, Any], role: str) -> dict[str, list[dict[str,
     return grants
 
 
-# The seed's master permissions plus iam:PassRole: the ceiling for every function.
+# The seed's master permissions plus iam:PassRole, and the warm pool's stop and start (the
+# seed has no warm pool): the ceiling for every function.
+WARM_POOL = {"ec2:StopInstances", "ec2:StartInstances"}
 SEED_CEILING = {
     "ec2:CreateTags",
     "ec2:DescribeInstances",
@@ -195,28 +197,24 @@ SEED_CEILING = {
     "ec2:CancelSpotInstanceRequests",
     "ec2:DescribeSpotInstanceRequests",
     "iam:PassRole",
+} | WARM_POOL
+# What terminating needs: Ec2Provider.terminate describes by tag, cancels the spot requests
+# behind spot instances, terminates; the services also cancel a record's open request.
+# (Which EC2 calls each provider method makes: tests/infra/test_ec2_grants.py.)
+TERMINATE = {
+    "ec2:DescribeInstances",
+    "ec2:DescribeSpotInstanceRequests",
+    "ec2:TerminateInstances",
+    "ec2:CancelSpotInstanceRequests",
 }
 EXPECTED_EC2 = {
-    "ApiRole": {
-        "ec2:DescribeInstances",
-        "ec2:DescribeSpotInstanceRequests",
-        "ec2:TerminateInstances",
-        "ec2:CancelSpotInstanceRequests",
-    },
+    "ApiRole": TERMINATE,  # an agent registering with too few GPUs is terminated
     "ScheduleRole": {"ec2:DescribeSpotInstanceRequests", "ec2:CancelSpotInstanceRequests"},
-    "ScaleUpRole": {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"},
-    "IdleReapRole": {
-        "ec2:DescribeInstances",
-        "ec2:DescribeSpotInstanceRequests",
-        "ec2:TerminateInstances",
-        "ec2:CancelSpotInstanceRequests",
-    },
-    "SpotReconcileRole": {
-        "ec2:DescribeInstances",
-        "ec2:DescribeSpotInstanceRequests",
-        "ec2:TerminateInstances",
-        "ec2:CancelSpotInstanceRequests",
-    },
+    # launch; a warm start (start), which gives the instance up (terminate) when refused
+    "ScaleUpRole": {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole", "ec2:StartInstances"}
+    | TERMINATE,
+    "IdleReapRole": TERMINATE | {"ec2:StopInstances"},  # parks an empty agent
+    "SpotReconcileRole": TERMINATE | {"ec2:StopInstances"},  # stops again what still runs
 }
 
 
@@ -237,6 +235,9 @@ def test_mutating_ec2_actions_are_tag_conditioned(template: dict[str, Any]) -> N
                 conditions = json.dumps(statement.get("Condition", {}))
                 if action in ("ec2:TerminateInstances", "ec2:CancelSpotInstanceRequests"):
                     assert '"ec2:ResourceTag/${TagKey}": "${TagValue}"' in conditions, role
+                elif action in WARM_POOL:
+                    assert '"ec2:ResourceTag/${TagKey}": "${TagValue}"' in conditions, role
+                    assert statement["Resource"].endswith(":instance/*"), role
                 elif action == "ec2:CreateTags":
                     assert '"ec2:CreateAction": "RunInstances"' in conditions
                     assert '"aws:RequestTag/${TagKey}": "${TagValue}"' in conditions

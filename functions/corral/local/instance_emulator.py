@@ -6,9 +6,12 @@ seen running, like a real boot. Its identity (instance id, type, zone, spot or n
 record tags) comes from ``DescribeInstances``, its fake GPUs from the catalog, its bearer
 token from ``mint_agent_token``. A terminated instance is a machine that vanished: the agent
 and its trials are killed outright; graceful stops only happen through interruption notices
-(``faults.interrupt``), as on EC2. The emulator also plays EC2's part in EventBridge:
-terminations it sees (and those it performs when a notice window ends) are published as
-"EC2 Instance State-change Notification" events.
+(``faults.interrupt``), as on EC2. A stopped instance (the warm pool) is a machine powered
+off: its agent is killed the same way, its directory (the disk) stays, and when the instance
+runs again a fresh agent boots ``boot_delay_s`` later and registers again, as after a
+launch. The emulator also plays EC2's part in EventBridge: terminations it sees (and those
+it performs when a notice window ends) are published as "EC2 Instance State-change
+Notification" events.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from corral.local.state import StateDir
 log = logging.getLogger(__name__)
 
 _LIVE = ("pending", "running")
+_POWERED_OFF = ("stopping", "stopped")
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,10 @@ class InstanceEmulator:
         if True in terminated:
             instances = self._describe()
         for instance_id, instance in instances.items():
-            self._observe(instance_id, instance["State"]["Name"])
+            name = instance["State"]["Name"]
+            self._observe(instance_id, name)
+            if name in _POWERED_OFF:
+                self._power_off(instance_id, name)
         for instance_id, instance in instances.items():
             if instance["State"]["Name"] != "running" or instance_id in self.agents:
                 continue
@@ -179,6 +186,13 @@ class InstanceEmulator:
             )
         except Exception as exc:  # the event is a hint; reconcile covers a lost one
             log.warning("could not publish the state change of %s: %s", instance_id, exc)
+
+    def _power_off(self, instance_id: str, name: str) -> None:
+        """A stopped machine: its agent dies with it, and the next start is a fresh boot (the
+        boot delay again; an agent that had quit on its own boots again too)."""
+        self._kill_agent(instance_id, f"instance {name}")
+        self._first_running.pop(instance_id, None)
+        self.exited.pop(instance_id, None)
 
     # ---- agents -----------------------------------------------------------------------
     def _start_agent(self, instance: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from corral.domain.errors import LaunchError, LaunchErrorClass
 
 _C = LaunchErrorClass
 
-# --- API error codes (RunInstances, and what any EC2 call can answer) --------------------
+# --- API error codes (RunInstances, StartInstances, and what any EC2 call can answer) -----
 EC2_ERRORS: Mapping[str, LaunchErrorClass] = MappingProxyType(
     {
         # No capacity for this offering right now: the planner tries the next one.
@@ -89,6 +89,17 @@ EC2_ERRORS: Mapping[str, LaunchErrorClass] = MappingProxyType(
         "RequestThrottled": _C.THROTTLED,
         "RequestThrottledException": _C.THROTTLED,
         "TooManyRequestsException": _C.THROTTLED,
+        # --- StartInstances (a warm pool's stopped instance) ---
+        # The instance (or its persistent spot request, marked-for-stop until it turns
+        # disabled) is still on its way to stopped: start it again soon.
+        "IncorrectInstanceState": _C.THROTTLED,
+        "IncorrectSpotRequestState": _C.THROTTLED,
+        # E.g. a one-time spot instance: it can never be stopped nor started.
+        "UnsupportedOperation": _C.INVALID_CONFIG,
+        # Ours, raised before calling EC2: no instance of ours has that id (unknown, another
+        # cluster's, or of a pool this deployment does not know) / it is terminated.
+        "NotOurs": _C.INVALID_CONFIG,
+        "InstanceTerminated": _C.INVALID_CONFIG,
         # EC2's own trouble: retried a bounded number of times.
         "InternalError": _C.UNKNOWN,
         "InternalFailure": _C.UNKNOWN,
@@ -175,6 +186,11 @@ def spot_status_error(code: str) -> LaunchErrorClass | None:
     return classify(code)
 
 
+def launch_error(code: str, message: str) -> LaunchError:
+    """A refusal of our own (no EC2 call made), classified by the same table."""
+    return LaunchError(classify(code), code, message)
+
+
 def launch_error_from(error: Any) -> LaunchError:
     """A ``botocore.exceptions.ClientError`` as a classified :class:`LaunchError`.
 
@@ -192,6 +208,7 @@ __all__ = [
     "SPOT_STATUS_ERRORS",
     "SPOT_STATUS_OK",
     "classify",
+    "launch_error",
     "launch_error_from",
     "spot_status_error",
 ]

@@ -12,7 +12,8 @@ Why RunInstances with ``InstanceMarketOptions`` for spot, not RequestSpotInstanc
 - no separate open phase: a one-time request either fills at once or the call fails with a
   capacity or price error the planner acts on right away, instead of a request sitting open.
 EC2 still creates a (one-time) spot request behind the instance, which is why
-``list_spot_requests`` / ``cancel_spot_requests`` are still supported.
+``list_spot_requests`` / ``cancel_spot_requests`` are still supported. A stoppable launch
+(the pool keeps a warm pool) makes that request persistent instead: see ``spot_options``.
 """
 
 from __future__ import annotations
@@ -124,8 +125,14 @@ def run_instances_params(
             }
         ],
         "MetadataOptions": dict(METADATA_OPTIONS),
-        # The agent's dead man's switch runs `shutdown -h`: that must end the bill, not stop.
-        "InstanceInitiatedShutdownBehavior": "terminate",
+        # The agent's dead man's switch runs `shutdown -h`: that must end the bill. Terminate,
+        # except for an instance of a persistent spot request (a warm pool): terminated from
+        # inside, its request would reopen and EC2 would launch another. Stopped, it costs
+        # nothing more, and reconcile terminates it (cancelling the request first), as any
+        # stopped instance that is not in the warm pool.
+        "InstanceInitiatedShutdownBehavior": (
+            "stop" if offering.is_spot and request.stoppable else "terminate"
+        ),
         # boto3 base64-encodes UserData for RunInstances itself.
         "UserData": user_data,
         "TagSpecifications": [{"ResourceType": t, "Tags": tags} for t in resource_types],
@@ -135,14 +142,26 @@ def run_instances_params(
     if provider.iam_instance_profile_arn:
         params["IamInstanceProfile"] = {"Arn": provider.iam_instance_profile_arn}
     if offering.is_spot:
-        spot: dict[str, Any] = {
-            "SpotInstanceType": "one-time",
-            "InstanceInterruptionBehavior": "terminate",
+        params["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": spot_options(provider, request.stoppable),
         }
-        if provider.spot_max_price is not None:
-            spot["MaxPrice"] = str(provider.spot_max_price)
-        params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
     return params
+
+
+def spot_options(provider: AwsProvider, stoppable: bool) -> dict[str, Any]:
+    """One-time and terminate on interruption, unless the pool keeps a warm pool: EC2 refuses
+    to stop an instance of a one-time request (UnsupportedOperation), and RunInstances takes
+    a persistent request only with the stop (or hibernate) interruption behaviour. The
+    provider cancels that request before terminating the instance (else EC2 relaunches)."""
+    spot: dict[str, Any] = (
+        {"SpotInstanceType": "persistent", "InstanceInterruptionBehavior": "stop"}
+        if stoppable
+        else {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
+    )
+    if provider.spot_max_price is not None:
+        spot["MaxPrice"] = str(provider.spot_max_price)
+    return spot
 
 
 def bootstrap_settings(

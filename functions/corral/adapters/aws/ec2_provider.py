@@ -4,7 +4,13 @@ Ownership is the first invariant: an instance or spot request is ours only when 
 the pool's ``tag_key=tag_value`` pair *and* a pool tag. Every listing asks EC2 for our tag
 (so nothing else is described into state) and re-checks the tags client-side (so
 correctness never rests on a server-side filter: moto, for one, ignores some). Terminate and
-cancel act only on ids such a listing has just confirmed, never on ids as given.
+cancel act only on ids such a listing has just confirmed, never on ids as given; stop and
+start also require the pool tag to name a pool of this deployment.
+
+The warm pool: a stoppable spot instance comes from a *persistent* spot request (EC2 cannot
+stop a one-time one). Terminating such an instance reopens its request and EC2 launches a
+replacement, so ``terminate`` first cancels the request behind each spot instance it is
+about to terminate (the id comes from the same describe).
 
 boto3/botocore are imported lazily: building a provider or importing this module costs
 nothing until the first EC2 call.
@@ -13,10 +19,11 @@ nothing until the first EC2 call.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from corral.adapters.aws.ec2_errors import launch_error_from
+from corral.adapters.aws.ec2_errors import launch_error, launch_error_from
 from corral.adapters.aws.ec2_params import render_user_data, run_instances_params
 from corral.adapters.aws.events import EC2_STATES
 from corral.adapters.provider_pools import cloud_pools
@@ -36,14 +43,29 @@ from corral.ports.cloud import (
 
 UserDataRenderer = Callable[[LaunchRequest], str]
 
-SPOT_STATES: Mapping[str, SpotRequestState] = {s.value: s for s in SpotRequestState}
+SPOT_STATES: Mapping[str, SpotRequestState] = {
+    **{s.value: s for s in SpotRequestState},
+    # A persistent request whose instance we stopped (a warm instance): the instance still
+    # exists. Never OPEN: cancelling a disabled request makes EC2 terminate its instance.
+    "disabled": SpotRequestState.ACTIVE,
+}
 # Instances that terminate() would still change (shutting-down ones are already going).
 _TERMINABLE = ["pending", "running", "stopping", "stopped"]
 _OURS_ANY = [*_TERMINABLE, "shutting-down", "terminated"]
 _OPEN_SPOT = ["open", "active"]
+# stop(): what StopInstances is sent for, and what is already stopping or stopped.
+_TO_STOP = ("pending", "running")
+_STOPPED = ("stopping", "stopped")
+# start(): what is confirmed as it is, and what can never be started again.
+_UP = ("pending", "running")
+_GONE = ("shutting-down", "terminated")
+# Refusals that concern one instance of a stop batch (EC2 fails the whole call): it vanished,
+# is pending and never ran, or is a one-time spot instance. That one is left unconfirmed.
+_STOP_SKIPS = ("InvalidInstanceID", "IncorrectInstanceState", "UnsupportedOperation")
 # EC2 accepts up to 200 values per filter; TerminateInstances up to 1000 ids per call.
 FILTER_CHUNK = 200
 TERMINATE_BATCH = 1000
+STOP_BATCH = 1000
 PAGE_SIZE = 1000
 
 
@@ -58,6 +80,36 @@ def _tags(resource: Mapping[str, Any]) -> dict[str, str]:
 
 def _timestamp(value: Any, default: float) -> float:
     return value.timestamp() if isinstance(value, datetime) else default
+
+
+def _state(instance: Mapping[str, Any]) -> str:
+    return str((instance.get("State") or {}).get("Name", ""))
+
+
+def _error_code(error: Any) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+@contextmanager
+def _launch_errors() -> Iterator[None]:
+    """Any botocore failure of a launch or a start as a classified ``LaunchError``."""
+    from botocore.exceptions import (  # type: ignore[import-untyped]
+        BotoCoreError,
+        ClientError,
+        ParamValidationError,
+    )
+
+    try:
+        yield
+    except ClientError as error:
+        raise launch_error_from(error) from error
+    except ParamValidationError as error:
+        raise launch_error("ParamValidationError", str(error)) from error
+    except BotoCoreError as error:
+        # A timeout or a dropped connection: the call may have happened. Retrying is safe:
+        # RunInstances with the same ClientToken returns the instance it launched, and
+        # start() finds a started instance pending or running and confirms it.
+        raise LaunchError(LaunchErrorClass.UNKNOWN, type(error).__name__, str(error)) from error
 
 
 class Ec2Provider:
@@ -90,30 +142,14 @@ class Ec2Provider:
 
     # ---- the port -------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> LaunchResult:
-        from botocore.exceptions import (  # type: ignore[import-untyped]
-            BotoCoreError,
-            ClientError,
-            ParamValidationError,
-        )
-
         provider = self._pools.get(request.pool)
         if provider is None:
             raise LaunchError(
                 LaunchErrorClass.INVALID_CONFIG, "UnknownPool", f"no AWS pool {request.pool!r}"
             )
         params = run_instances_params(provider, request, self._user_data(request))
-        try:
+        with _launch_errors():
             response = self._ec2(provider.region).run_instances(**params)
-        except ClientError as error:
-            raise launch_error_from(error) from error
-        except ParamValidationError as error:
-            raise LaunchError(
-                LaunchErrorClass.INVALID_CONFIG, "ParamValidationError", str(error)
-            ) from error
-        except BotoCoreError as error:
-            # A timeout or a dropped connection: the instance may exist. Retrying with the
-            # same ClientToken returns it instead of launching a second one.
-            raise LaunchError(LaunchErrorClass.UNKNOWN, type(error).__name__, str(error)) from error
         instance = response["Instances"][0]
         # The launch time on the control plane's clock: deadlines are computed on it.
         return LaunchResult(
@@ -140,24 +176,56 @@ class Ec2Provider:
     def terminate(self, cloud_ids: Sequence[str]) -> frozenset[str]:
         wanted = sorted(set(cloud_ids))
         confirmed: set[str] = set()
-        if not wanted:
-            return frozenset()
-        for region in sorted({r for r, _, _ in self._scopes}):
-            terminable: set[str] = set()
-            for _, key, value in (s for s in self._scopes if s[0] == region):
-                for chunk in _chunks(wanted, FILTER_CHUNK):
-                    described = self._describe_instances(region, key, value, chunk, _OURS_ANY)
-                    for instance in described:
-                        confirmed.add(instance["InstanceId"])
-                        if instance["State"]["Name"] in _TERMINABLE:
-                            terminable.add(instance["InstanceId"])
-            # A terminable one that vanished between the describe and the call is gone too:
-            # ours (described under our tag a moment ago) and confirmed either way.
+        for region in self._regions() if wanted else ():
+            terminable: dict[str, str | None] = {}  # instance id -> its spot request id
+            for instance in self._owned_among(region, wanted, _OURS_ANY):
+                confirmed.add(instance["InstanceId"])
+                if _state(instance) in _TERMINABLE:
+                    terminable[instance["InstanceId"]] = instance.get("SpotInstanceRequestId")
             for batch in _chunks(sorted(terminable), TERMINATE_BATCH):
-                self._call_skipping_gone(
-                    region, "terminate_instances", "InstanceIds", batch, "InvalidInstanceID"
+                self._cancel_requests_of(region, [terminable[i] for i in batch])
+                # A terminable one that vanished between the describe and the call is gone
+                # too: ours (described under our tag a moment ago), confirmed either way.
+                self._call_skipping(
+                    region, "terminate_instances", "InstanceIds", batch, ("InvalidInstanceID",)
                 )
         return frozenset(confirmed)
+
+    def stop(self, cloud_ids: Sequence[str]) -> frozenset[str]:
+        wanted = sorted(set(cloud_ids))
+        confirmed: set[str] = set()
+        for region in self._regions() if wanted else ():
+            to_stop: list[str] = []
+            states = [*_TO_STOP, *_STOPPED]
+            for instance in self._owned_among(region, wanted, states, known_pools=True):
+                if _state(instance) in _STOPPED:
+                    confirmed.add(instance["InstanceId"])  # a repeat: already on its way
+                elif _state(instance) in _TO_STOP:
+                    to_stop.append(instance["InstanceId"])
+            for batch in _chunks(sorted(to_stop), STOP_BATCH):
+                confirmed |= self._call_skipping(
+                    region, "stop_instances", "InstanceIds", batch, _STOP_SKIPS
+                )
+        return frozenset(confirmed)
+
+    def start(self, cloud_id: str, token: str) -> LaunchResult:
+        # ``token`` is unused: StartInstances takes no idempotency token, and needs none (a
+        # repeat finds the instance pending or running and confirms it).
+        with _launch_errors():
+            region, instance = self._owned_one(cloud_id)
+            state = _state(instance)
+            if state in _GONE:
+                raise launch_error("InstanceTerminated", f"instance {cloud_id} is {state}")
+            if state == "stopping":
+                raise launch_error(
+                    "IncorrectInstanceState", f"instance {cloud_id} is still stopping"
+                )
+            if state not in _UP:
+                self._ec2(region).start_instances(InstanceIds=[cloud_id])
+        # When billing started again, on the control plane's clock (deadlines are computed on
+        # it). For one already up (a repeated start) that is a little late, never too early:
+        # its registration deadline only moves later.
+        return LaunchResult(cloud_id, instance.get("SpotInstanceRequestId"), self._clock.now())
 
     def cancel_spot_requests(self, request_ids: Sequence[str]) -> None:
         wanted = sorted(set(request_ids))
@@ -170,15 +238,72 @@ class Ec2Provider:
                     described = self._describe_spot(region, key, value, chunk, _OPEN_SPOT)
                     confirmed.update(r["SpotInstanceRequestId"] for r in described)
             for batch in _chunks(sorted(confirmed), FILTER_CHUNK):
-                self._call_skipping_gone(
+                self._call_skipping(
                     region,
                     "cancel_spot_instance_requests",
                     "SpotInstanceRequestIds",
                     batch,
-                    "InvalidSpotInstanceRequestID",
+                    ("InvalidSpotInstanceRequestID",),
                 )
 
     # ---- EC2 calls --------------------------------------------------------------------
+    def _regions(self) -> list[str]:
+        return sorted({r for r, _, _ in self._scopes})
+
+    def _owned_among(
+        self, region: str, ids: list[str], states: list[str], known_pools: bool = False
+    ) -> Iterator[Mapping[str, Any]]:
+        """Our instances in ``region`` among ``ids``, once each; with ``known_pools``, only
+        those whose pool tag names a pool of this deployment under the same tag pair."""
+        seen: set[str] = set()
+        for _, key, value in (s for s in self._scopes if s[0] == region):
+            for chunk in _chunks(ids, FILTER_CHUNK):
+                for instance in self._describe_instances(region, key, value, chunk, states):
+                    if instance["InstanceId"] in seen:
+                        continue
+                    if known_pools and not self._in_known_pool(instance, region, key, value):
+                        continue
+                    seen.add(instance["InstanceId"])
+                    yield instance
+
+    def _in_known_pool(
+        self, instance: Mapping[str, Any], region: str, key: str, value: str
+    ) -> bool:
+        provider = self._pools.get(_tags(instance)[POOL_TAG])
+        if provider is None:
+            return False
+        return (provider.region, provider.tag_key, provider.tag_value) == (region, key, value)
+
+    def _owned_one(self, cloud_id: str) -> tuple[str, Mapping[str, Any]]:
+        """The region and description of one instance of ours (any state), or a NotOurs
+        refusal: unknown, another cluster's (never described: the filter asks for our tag)
+        or of a pool this deployment does not know all look alike from here."""
+        for region in self._regions():
+            for instance in self._owned_among(region, [cloud_id], _OURS_ANY, known_pools=True):
+                return region, instance
+        raise launch_error("NotOurs", f"no instance {cloud_id} of ours in a known pool")
+
+    def _cancel_requests_of(self, region: str, request_ids: Iterable[str | None]) -> None:
+        """Cancel the spot requests behind instances about to be terminated, in one call.
+
+        A persistent request (a warm pool's spot instance) would otherwise reopen and EC2
+        would launch a replacement. Cancelling a one-time request whose instance is running
+        changes nothing, so every spot instance's request goes: the describe cannot tell
+        the two kinds apart. These requests are ours: each launched an instance a tagged
+        describe has just confirmed, and our RunInstances tagged it at creation (IAM's
+        ResourceTag condition holds it to that). Cancelling never ends the instance itself
+        (except a stopped one, which terminate ends anyway).
+        """
+        wanted = sorted({r for r in request_ids if r})
+        if wanted:
+            self._call_skipping(
+                region,
+                "cancel_spot_instance_requests",
+                "SpotInstanceRequestIds",
+                wanted,
+                ("InvalidSpotInstanceRequestID",),
+            )
+
     def _ec2(self, region: str) -> Any:
         if self._client is not None:
             return self._client
@@ -236,27 +361,31 @@ class Ec2Provider:
             if tags.get(key) == value and POOL_TAG in tags:
                 yield resource
 
-    def _call_skipping_gone(
-        self, region: str, operation: str, param: str, ids: list[str], gone_prefix: str
-    ) -> None:
-        """Call ``operation`` on ``ids``; if one vanished since we described it (EC2 fails
-        the whole call for one unknown id), go one by one and skip the vanished ones."""
+    def _call_skipping(
+        self, region: str, operation: str, param: str, ids: list[str], skips: tuple[str, ...]
+    ) -> set[str]:
+        """Call ``operation`` on ``ids``; returns the ids it accepted. EC2 fails the whole
+        call for one id it refuses (one vanished since we described it, one in a state the
+        operation does not take): on such a code (a prefix in ``skips``) go one by one and
+        leave the refused ones out. Any other error is raised."""
         from botocore.exceptions import ClientError
 
         call = getattr(self._ec2(region), operation)
         try:
             call(**{param: ids})
-            return
+            return set(ids)
         except ClientError as error:
-            if not str(error.response.get("Error", {}).get("Code", "")).startswith(gone_prefix):
+            if not _error_code(error).startswith(skips):
                 raise
+        accepted: set[str] = set()
         for one in ids:
             try:
                 call(**{param: [one]})
+                accepted.add(one)
             except ClientError as error:
-                code = str(error.response.get("Error", {}).get("Code", ""))
-                if not code.startswith(gone_prefix):
+                if not _error_code(error).startswith(skips):
                     raise
+        return accepted
 
     # ---- mapping ----------------------------------------------------------------------
     def _to_cloud_instance(self, instance: Mapping[str, Any]) -> CloudInstance:

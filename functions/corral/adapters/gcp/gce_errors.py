@@ -63,11 +63,18 @@ GCE_ERRORS: Mapping[str, LaunchErrorClass] = MappingProxyType(
         "BaseConfigInvalid": _C.INVALID_CONFIG,  # ours: base_config is not an Instance
         "StartupScriptTooLarge": _C.INVALID_CONFIG,  # ours: over GCE's metadata limit
         "InstanceNameTaken": _C.INVALID_CONFIG,  # ours: the name belongs to someone else
+        # ours, for a start: the VM is not ours, unknown or being deleted; or it is SUSPENDED
+        # (Corral never suspends: a VM with GPUs cannot be suspended), which start cannot undo.
+        "InstanceNotFound": _C.INVALID_CONFIG,
+        "InstanceNotStartable": _C.INVALID_CONFIG,
         # API rate limits: retry the same attempt (same requestId: never a second VM).
         "rateLimitExceeded": _C.THROTTLED,
         "userRateLimitExceeded": _C.THROTTLED,
         "RATE_LIMIT_EXCEEDED": _C.THROTTLED,
         "tooManyRequests": _C.THROTTLED,
+        # The VM is in the middle of another operation (a stop still running): retry soon.
+        "resourceNotReady": _C.THROTTLED,
+        "InstanceStopping": _C.THROTTLED,  # ours: start asked while the VM is still stopping
         # GCE's own trouble.
         "backendError": _C.UNKNOWN,
         "internalError": _C.UNKNOWN,
@@ -92,6 +99,11 @@ def classify(codes: Iterable[str], http_status: int | None = None) -> LaunchErro
     if status in (400, 404, 409, 412):
         return _C.INVALID_CONFIG
     return _C.UNKNOWN
+
+
+def our_error(code: str, message: str) -> LaunchError:
+    """A refusal Corral itself decides (a code of ours in the table), classified there."""
+    return LaunchError(classify([code]), code, message)
 
 
 def _reasons(error: Any) -> list[str]:
@@ -128,4 +140,10 @@ def launch_error_from_operation(operation: Any) -> LaunchError | None:
     return LaunchError(error_class, codes[0] if codes else "OperationFailed", message)
 
 
-__all__ = ["GCE_ERRORS", "classify", "launch_error_from_api", "launch_error_from_operation"]
+__all__ = [
+    "GCE_ERRORS",
+    "classify",
+    "launch_error_from_api",
+    "launch_error_from_operation",
+    "our_error",
+]

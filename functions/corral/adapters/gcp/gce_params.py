@@ -61,6 +61,21 @@ def request_id(token: str) -> str:
     return str(uuid.uuid5(REQUEST_ID_NAMESPACE, token))
 
 
+def start_request_id(token: str) -> str:
+    """``instances.start``'s requestId: from the start's token, in a namespace of its own so
+    that it can never collide with an insert's (a start may reuse a launch's token)."""
+    return request_id(f"start/{token}")
+
+
+def stop_request_id(name: str, last_start: str, last_stop: str) -> str:
+    """``instances.stop``'s requestId, per instance and per boot: from the instance's
+    ``lastStartTimestamp`` and ``lastStopTimestamp``. A stop retried before the VM moved is
+    the same request; a stop after the VM was stopped (and started) again is a new one even
+    while the restart is under way (GCE would answer a repeated id with the old, finished
+    operation and stop nothing)."""
+    return request_id(f"stop/{name}/{last_start}/{last_stop}")
+
+
 def instance_name(name_prefix: str, record_id: str) -> str:
     """``<name_prefix>-<record suffix>``: one name per record (never per attempt), so a late
     first attempt and a retry can never both create an instance for the same record."""
@@ -104,8 +119,14 @@ def _scheduling(provider: GcpProvider, entry: GcpInstanceType, spot: bool) -> di
         return {"onHostMaintenance": maintenance, "automaticRestart": True}
     if entry.preemptible and not provider.spot:
         # Determined's legacy flag. A preempted VM is left TERMINATED (stopped); reconcile
-        # deletes it (a stopped instance is terminated), as Determined does.
+        # deletes it (an instance that stopped without Corral asking is terminated), as
+        # Determined does.
         return {"preemptible": True, "onHostMaintenance": "TERMINATE", "automaticRestart": False}
+    # A warm pool (``LaunchRequest.stoppable``) needs nothing different here: unlike an EC2
+    # spot instance, a Spot VM can be stopped and started by its owner whatever its
+    # instanceTerminationAction, which only says what a *preemption* does. DELETE stays: a
+    # preempted VM is gone and billed no more at once, and the reconciler replaces it; with
+    # STOP it would linger stopped, still billed for its disk, and look like a warm instance.
     return {
         "provisioningModel": "SPOT",
         "instanceTerminationAction": "DELETE",  # a preempted Spot VM stops billing at once

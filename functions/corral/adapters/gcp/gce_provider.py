@@ -13,6 +13,17 @@ the finished operation, not in the HTTP reply. An operation still running after
 ``max_wait_s`` is returned as a launch (the name is known): if it fails later, the instance
 never appears and reconcile marks the record gone.
 
+The warm pool: ``stop`` (``instances.stop``) and ``start`` (``instances.start``), never
+suspend and resume, because Compute Engine cannot suspend a VM with GPUs attached. A stopped
+VM (GCE says TERMINATED) keeps its boot disk and labels and bills only for its disks; start
+boots it afresh (the startup script runs again, the agent registers again). Both act only on
+instances a listing has just shown to be ours; both send a ``requestId``.
+
+A VM being deleted passes through STOPPING (and may show TERMINATED) just like one being
+stopped. Listings tell them apart by the zone's delete operations still running: a VM with
+one is reported TERMINATING (gone), never STOPPING / STOPPED, so it is never taken for a
+warm instance.
+
 GCE has no spot requests: Spot VMs are instances. ``list_spot_requests`` is empty and
 ``cancel_spot_requests`` does nothing.
 
@@ -22,13 +33,19 @@ GCE has no spot requests: Spot VMs are instances. ``list_spot_requests`` is empt
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from datetime import datetime
 from typing import Any
 
 from corral.adapters.gcp import gce_params
-from corral.adapters.gcp.gce_errors import launch_error_from_api, launch_error_from_operation
+from corral.adapters.gcp.gce_errors import (
+    launch_error_from_api,
+    launch_error_from_operation,
+    our_error,
+)
 from corral.adapters.provider_pools import cloud_pools
 from corral.domain.config.cluster import ClusterConfig
 from corral.domain.config.gcp import GcpProvider
@@ -37,20 +54,36 @@ from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.ports.clock import Clock, SystemClock
 from corral.ports.cloud import CloudInstance, CloudState, LaunchRequest, LaunchResult, SpotRequest
 
+log = logging.getLogger(__name__)
+
 StartupScriptRenderer = Callable[[GcpProvider, LaunchRequest], str]
 
-# GCE's TERMINATED means stopped (the disk and the resource remain); deleted instances
-# simply vanish from listings. The reconciler deletes STOPPED/STOPPING instances.
+# GCE's TERMINATED means stopped (the disk, the labels and the resource remain); deleted
+# instances vanish from listings, and while a delete runs the listing reports TERMINATING
+# whatever this table says (see ``_deletions``). The reconciler keeps a warm pool's stopped
+# instances and deletes the others.
 GCE_STATES: Mapping[str, CloudState] = {
+    "PENDING": CloudState.PENDING,  # a Flex-start VM waiting for capacity
     "PROVISIONING": CloudState.PENDING,
     "STAGING": CloudState.PENDING,
     "RUNNING": CloudState.RUNNING,
     "REPAIRING": CloudState.PENDING,
+    "PENDING_STOP": CloudState.STOPPING,  # graceful shutdown before a stop (or a delete)
     "STOPPING": CloudState.STOPPING,
     "SUSPENDING": CloudState.STOPPING,
     "SUSPENDED": CloudState.STOPPED,
     "TERMINATED": CloudState.STOPPED,
 }
+# Statuses a VM being deleted shows as well: only for these are delete operations looked up.
+_AMBIGUOUS = frozenset({"PENDING_STOP", "STOPPING", "TERMINATED"})
+# ``start`` confirms these as they are (up or on the way up) ...
+_UP = frozenset({"PENDING", "PROVISIONING", "STAGING", "RUNNING", "REPAIRING"})
+# ... and answers THROTTLED for these (on the way down: start once it is down).
+_GOING_DOWN = frozenset({"PENDING_STOP", "STOPPING", "SUSPENDING"})
+# ``stop`` confirms these without a call: stopped or stopping already.
+_STOPPED = frozenset({"PENDING_STOP", "STOPPING", "TERMINATED"})
+_RUNNING_DELETES = '(operationType = "delete") (status != "DONE")'
+_INSTANCE_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # safe to put in a filter
 PAGE_SIZE = 500
 
 
@@ -198,9 +231,8 @@ class GceProvider:
 
     def list_owned(self) -> list[CloudInstance]:
         found: dict[str, CloudInstance] = {}
-        for project, key, value in self._scopes:
-            for instance in self._aggregated(project, key, value):
-                found.setdefault(instance.name, self._to_cloud_instance(instance))
+        for _, instance, deleting in self._owned():
+            found.setdefault(instance.name, self._to_cloud_instance(instance, deleting))
         return list(found.values())
 
     def list_spot_requests(self) -> list[SpotRequest]:
@@ -231,15 +263,159 @@ class GceProvider:
     def cancel_spot_requests(self, request_ids: Sequence[str]) -> None:
         return None  # nothing to cancel on GCE
 
+    # ---- the warm pool ------------------------------------------------------------------
+    # Stop and start, not suspend and resume: Compute Engine cannot suspend a VM that has
+    # GPUs attached, while a stopped one keeps its disks (the agent image's cache, the
+    # trial images it pulled) and bills only for them.
+    def stop(self, cloud_ids: Sequence[str]) -> frozenset[str]:
+        wanted = set(cloud_ids)
+        if not wanted:
+            return frozenset()
+        confirmed: set[str] = set()
+        for project, instance, deleting in self._owned(wanted):
+            # Being deleted is gone, not stopping: not confirmed.
+            if not deleting and self._stop_one(project, instance):
+                confirmed.add(instance.name)
+        return frozenset(confirmed)
+
+    def _stop_one(self, project: str, instance: Any) -> bool:
+        """Stop one instance of ours (not waited on: the next listing shows it STOPPING or
+        STOPPED). True when GCE confirms it stopping or stopped."""
+        from google.api_core import exceptions
+        from google.cloud import compute_v1
+
+        if _status(instance) in _STOPPED:
+            return True  # nothing to do: a second stop would only queue another operation
+        name = str(instance.name)
+        started = str(instance.last_start_timestamp or instance.creation_timestamp)
+        request = compute_v1.StopInstanceRequest(
+            project=project,
+            zone=_short(instance.zone),
+            instance=name,
+            request_id=gce_params.stop_request_id(name, started, str(instance.last_stop_timestamp)),
+        )
+        if any(str(disk.type_) == "SCRATCH" for disk in instance.disks):
+            # GCE refuses to stop a VM with local SSDs unless told what to do with them;
+            # their content is scratch space, the warm pool keeps the boot disk.
+            request.discard_local_ssd = True
+        instances, _ = self._clients()
+        try:
+            instances.stop_unary(request=request)
+        except exceptions.NotFound:
+            return False  # deleted since it was listed: gone, not stopped
+        except (exceptions.GoogleAPICallError, exceptions.RetryError) as error:
+            # Not confirmed: the caller keeps its record STOPPING, reconcile settles it.
+            log.warning("stopping %s: %s", name, error)
+            return False
+        return True
+
+    def start(self, cloud_id: str, token: str) -> LaunchResult:
+        from google.api_core import exceptions
+
+        try:
+            found = self._owned({cloud_id})
+        except exceptions.GoogleAPICallError as error:
+            raise launch_error_from_api(error) from error
+        except exceptions.RetryError as error:
+            raise LaunchError(LaunchErrorClass.THROTTLED, "RetryError", str(error)) from error
+        if not found:
+            raise our_error("InstanceNotFound", f"no instance {cloud_id} of ours")
+        project, instance, deleting = found[0]
+        status = _status(instance)
+        if deleting:
+            raise our_error("InstanceNotFound", f"instance {cloud_id} is being deleted")
+        if status in _UP:  # started already (a repeated start): confirmed as it is
+            started = str(instance.last_start_timestamp or instance.creation_timestamp)
+            return LaunchResult(cloud_id, None, _timestamp(started, self._clock.now()))
+        if status in _GOING_DOWN:
+            raise our_error("InstanceStopping", f"instance {cloud_id} is {status}: retry soon")
+        if status != "TERMINATED":
+            raise our_error("InstanceNotStartable", f"instance {cloud_id} is {status}")
+        return self._start(project, instance, token)
+
+    def _start(self, project: str, instance: Any, token: str) -> LaunchResult:
+        """``instances.start`` with a requestId from ``token``, then a bounded wait on the
+        operation: a stockout (ZONE_RESOURCE_POOL_EXHAUSTED...) arrives in the finished
+        operation, as for an insert, and leaves the VM stopped."""
+        from google.api_core import exceptions
+        from google.cloud import compute_v1
+
+        zone, name = _short(instance.zone), str(instance.name)
+        instances, _ = self._clients()
+        try:
+            operation = instances.start_unary(
+                request=compute_v1.StartInstanceRequest(
+                    project=project,
+                    zone=zone,
+                    instance=name,
+                    request_id=gce_params.start_request_id(token),
+                )
+            )
+        except exceptions.GoogleAPICallError as error:
+            raise launch_error_from_api(error) from error
+        except exceptions.RetryError as error:
+            raise LaunchError(LaunchErrorClass.THROTTLED, "RetryError", str(error)) from error
+        self._wait(self._provider_of(project, instance), zone, operation)
+        return LaunchResult(name, None, self._clock.now())
+
+    def _provider_of(self, project: str, instance: Any) -> GcpProvider:
+        """The pool block an instance of ours was launched from (for its timeouts)."""
+        pool = self._pools.get(dict(instance.labels).get(POOL_TAG, ""))
+        if pool is not None and pool.project == project:
+            return pool
+        return next(p for p in self._pools.values() if p.project == project)
+
     # ---- listing ----------------------------------------------------------------------
-    def _aggregated(self, project: str, key: str, value: str) -> Iterator[Any]:
-        """Our instances in every zone of ``project`` (by label, re-checked here)."""
+    def _owned(self, names: Set[str] | None = None) -> list[tuple[str, Any, bool]]:
+        """(project, instance, being deleted) for each instance of ours, or of ``names``."""
+        only = next(iter(names)) if names is not None and len(names) == 1 else None
+        if only is not None and not _INSTANCE_NAME.fullmatch(only):
+            only = None  # no GCE name (so not ours): the client-side check finds nothing
+        found = [
+            (project, instance)
+            for project, key, value in self._scopes
+            for instance in self._aggregated(project, key, value, only)
+            if names is None or instance.name in names
+        ]
+        unsure = {(p, _short(i.zone)) for p, i in found if _status(i) in _AMBIGUOUS}
+        deleting = self._deletions(unsure) if unsure else set()
+        return [(p, i, (p, _short(i.zone), i.name) in deleting) for p, i in found]
+
+    def _deletions(self, zones: Set[tuple[str, str]]) -> set[tuple[str, str, str]]:
+        """(project, zone, name) of the instances a delete operation is still running on, in
+        ``zones`` (project, zone). If GCE will not say, the listing shows the VM's status."""
+        from google.api_core import exceptions
+        from google.cloud import compute_v1
+
+        _, operations = self._clients()
+        found: set[tuple[str, str, str]] = set()
+        for project, zone in sorted(zones):
+            request = compute_v1.ListZoneOperationsRequest(
+                project=project, zone=zone, filter=_RUNNING_DELETES, max_results=PAGE_SIZE
+            )
+            try:
+                for operation in operations.list(request=request):
+                    # Re-checked: the filter is a convenience, not a guarantee.
+                    if operation.operation_type == "delete" and _status(operation) != "DONE":
+                        found.add((project, zone, _short(operation.target_link)))
+            except (exceptions.GoogleAPICallError, exceptions.RetryError) as error:
+                log.warning("listing delete operations in %s/%s: %s", project, zone, error)
+        return found
+
+    def _aggregated(
+        self, project: str, key: str, value: str, name: str | None = None
+    ) -> Iterator[Any]:
+        """Our instances in every zone of ``project`` (by label, re-checked here); only the
+        one called ``name`` when given."""
         from google.cloud import compute_v1
 
         instances, _ = self._clients()
+        clauses = f'(labels.{key} = "{value}")'
+        if name is not None:
+            clauses += f' (name = "{name}")'
         request = compute_v1.AggregatedListInstancesRequest(
             project=project,
-            filter=f'labels.{key} = "{value}"',
+            filter=clauses,
             max_results=PAGE_SIZE,
         )
         for _, scoped in instances.aggregated_list(request=request):
@@ -249,7 +425,7 @@ class GceProvider:
                 if labels.get(key) == value and POOL_TAG in labels:
                     yield instance
 
-    def _to_cloud_instance(self, instance: Any) -> CloudInstance:
+    def _to_cloud_instance(self, instance: Any, deleting: bool = False) -> CloudInstance:
         labels = dict(instance.labels)
         scheduling = instance.scheduling
         spot = str(scheduling.provisioning_model) == "SPOT" or bool(scheduling.preemptible)
@@ -267,8 +443,16 @@ class GceProvider:
             ),
             location=_short(instance.zone),
             is_spot=spot,
-            state=GCE_STATES.get(str(instance.status), CloudState.PENDING),
-            launched_at=_timestamp(str(instance.creation_timestamp), self._clock.now()),
+            state=(
+                CloudState.TERMINATING
+                if deleting
+                else GCE_STATES.get(str(instance.status), CloudState.PENDING)
+            ),
+            # The current run's start: a stopped VM started again bills from its last start.
+            launched_at=_timestamp(
+                str(instance.last_start_timestamp or instance.creation_timestamp),
+                self._clock.now(),
+            ),
             private_ip=private_ip or None,
         )
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from corral.adapters.memory.cloud_ledger import Due, Ledger
 from corral.adapters.memory.cloud_model import (
     InterruptionNotice,
+    SimInstance,
     SimulatedCloudConfig,
     interruption_delay,
 )
@@ -36,6 +37,7 @@ from corral.domain.offerings import CapacityType, Offering
 from corral.ports.clock import Clock
 from corral.ports.cloud import (
     CloudInstance,
+    CloudState,
     LaunchRequest,
     LaunchResult,
     SpotRequest,
@@ -148,6 +150,63 @@ class SimulatedCloud:
                 self._books.schedule_end(instance)
         self.deliver_notices()  # settles a termination that is immediate
         return frozenset(confirmed)
+
+    def stop(self, cloud_ids: Sequence[str]) -> frozenset[str]:
+        """Stop ours that are pending or running (billing ends; STOPPED after ``stop_s``);
+        ones already stopping or stopped are confirmed; anything else is skipped."""
+        self.deliver_notices()
+        confirmed: set[str] = set()
+        with self._lock:
+            now = self._clock.now()
+            self.api_calls["stop"] += 1
+            for cloud_id in cloud_ids:
+                instance = self._books.live.get(cloud_id)
+                if instance is None or not self._books.owns(instance.tags):
+                    continue
+                interrupted = instance.interrupt_at is not None and instance.interrupt_at <= now
+                if instance.stop_at is not None or interrupted:
+                    continue  # terminating, or interrupted: gone, not stoppable
+                confirmed.add(cloud_id)
+                if instance.halted_at is None:
+                    instance.halt(now, self.config.stop_s)
+                    self._books.release(instance.offering)  # a stopped one holds no quota
+        return frozenset(confirmed)
+
+    def start(self, cloud_id: str, token: str) -> LaunchResult:
+        """Start a stopped instance of ours again (a new run: new boot, new billing, a new
+        interruption draw for spot); a pending or running one is confirmed as it is."""
+        self.deliver_notices()
+        with self._lock:
+            now = self._clock.now()
+            self.api_calls["start"] += 1
+            instance = self._books.live.get(cloud_id)
+            if instance is None or not self._books.owns(instance.tags) or instance.stop_at:
+                raise LaunchError.invalid_config(
+                    "InvalidInstanceID.NotFound", f"{cloud_id} is not a stopped instance of ours"
+                )
+            state = instance.state(now)
+            if state is CloudState.STOPPING:
+                raise LaunchError(LaunchErrorClass.THROTTLED, "IncorrectInstanceState", "stopping")
+            if state is not CloudState.STOPPED:
+                return LaunchResult(cloud_id, instance.spot_request_id, instance.launched_at)
+            self._check_capacity(instance.offering)
+            self._check_quota(instance.offering)
+            start_s = max(
+                0.0,
+                self.config.start_s_mean
+                + self._boot_rng.uniform(-self.config.start_s_jitter, self.config.start_s_jitter),
+            )
+            instance.resume(now, start_s, self.config.min_billed_s)
+            self._books.reserve(instance.offering)
+            if instance.offering.is_spot:
+                after = interruption_delay(
+                    self.config.spot_hazard_per_hour, self._spot_rng.random()
+                )
+                if after is not None:
+                    self._books.plan_interruption(instance, after)
+            if start_s > 0:
+                self._books.push(instance.running_at, Due.BOOT, cloud_id)
+            return LaunchResult(cloud_id, instance.spot_request_id, now)
 
     def cancel_spot_requests(self, request_ids: Sequence[str]) -> None:
         """An open request is cancelled; a filled one too, but its instance keeps running
@@ -274,17 +333,41 @@ class SimulatedCloud:
         with self._lock:
             instance = self._books.instances.get(cloud_id)
             end = self._clock.now() if until is None else until
-            return 0.0 if instance is None else instance.billed_usd(end, self.config.min_billed_s)
+            return 0.0 if instance is None else self._usd(instance, end)
+
+    def billed_runs(self, cloud_id: str, until: float | None = None) -> list[tuple[float, float]]:
+        """The instance's billed runs (one per launch or start): (running from, billed until)."""
+        with self._lock:
+            instance = self._books.instances.get(cloud_id)
+            end = self._clock.now() if until is None else until
+            return [] if instance is None else instance.runs(end, self.config.min_billed_s)
+
+    def stopped_usd(self, cloud_id: str, until: float | None = None) -> float:
+        """What the instance's disks cost while it was stopped."""
+        with self._lock:
+            instance = self._books.instances.get(cloud_id)
+            if instance is None:
+                return 0.0
+            end = self._clock.now() if until is None else until
+            pool = instance.tags.get(self.config.pool_tag_key, "")
+            per_hour = self.config.stopped_usd_per_hour.get(pool, 0.0)
+            return instance.parked_seconds(end) / 3600.0 * per_hour
 
     def total_billed_usd(self, until: float | None = None) -> float:
         """What every owned instance has cost so far (foreign ones are not ours to pay)."""
         with self._lock:
             end = self._clock.now() if until is None else until
             return sum(
-                i.billed_usd(end, self.config.min_billed_s)
+                self._usd(i, end)
                 for i in self._books.instances.values()
                 if self._books.owns(i.tags)
             )
+
+    def _usd(self, instance: SimInstance, until: float) -> float:
+        """Compute billed, plus the disks of the time it spent stopped."""
+        pool = instance.tags.get(self.config.pool_tag_key, "")
+        disks = self.config.stopped_usd_per_hour.get(pool, 0.0)
+        return instance.billed_usd(until, self.config.min_billed_s, disks)
 
     def get(self, cloud_id: str) -> CloudInstance | None:
         """Any instance ever created, ours or foreign, even long gone (test helper)."""

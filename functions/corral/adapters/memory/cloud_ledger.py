@@ -90,10 +90,7 @@ class Ledger:
             spot_request_id=request_id,
         )
         if interrupt_after is not None:
-            instance.interrupt_at = instance.running_at + interrupt_after
-            instance.notice_at = max(at, instance.interrupt_at - self.config.notice_s)
-            self.push(instance.notice_at, Due.NOTICE, cloud_id)
-            self.schedule_end(instance)
+            self.plan_interruption(instance, interrupt_after)
         self.instances[cloud_id] = instance
         self.live[cloud_id] = instance
         if not reserved:  # a filled spot request's reservation moves to its instance
@@ -101,6 +98,13 @@ class Ledger:
         if boot_s > 0:
             self.push(instance.running_at, Due.BOOT, cloud_id)
         return instance
+
+    def plan_interruption(self, instance: SimInstance, after_running_s: float) -> None:
+        """The spot interruption drawn for this run: ``after_running_s`` after it runs."""
+        instance.interrupt_at = instance.running_at + after_running_s
+        instance.notice_at = max(instance.launched_at, instance.interrupt_at - self.config.notice_s)
+        self.push(instance.notice_at, Due.NOTICE, instance.cloud_id)
+        self.schedule_end(instance)
 
     def request_spot(
         self,
@@ -204,7 +208,8 @@ class Ledger:
         instance.settled = True
         del self.live[instance.cloud_id]
         self.recent.append(instance)
-        self.release(instance.offering)
+        if instance.halted_at is None:  # a stopped instance gave its quota back already
+            self.release(instance.offering)
         req = self.requests.get(instance.spot_request_id or "")
         if req is not None and req.state is SpotRequestState.ACTIVE:
             # A one-time request closes with its instance.

@@ -46,8 +46,15 @@ class SimulatedCloudConfig:
     spot_hazard_per_hour: float = 0.0
     notice_s: float = 120.0  # AWS: two minutes' warning (GCP: about 30 s)
     # Billing: per second from the pending -> running transition until termination starts
-    # (or the interruption), with EC2's 60-second minimum for Linux.
+    # (or the interruption, or a stop), with EC2's 60-second minimum for Linux per run.
     min_billed_s: float = 60.0
+    # A stopped instance's start to running (the start call's pending phase), uniform.
+    start_s_mean: float = 15.0
+    start_s_jitter: float = 0.0
+    # stop() -> STOPPING for this long, then STOPPED (0: at once).
+    stop_s: float = 0.0
+    # What a stopped instance costs an hour (its disks), by pool tag; 0 when not given.
+    stopped_usd_per_hour: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,11 @@ class SimInstance:
     notice_at: float | None = None
     interrupt_at: float | None = None
     stop_at: float | None = None  # terminate() was called (billing stops)
+    halted_at: float | None = None  # stop() was called: billing stops, STOPPING
+    parked_at: float | None = None  # ... and STOPPED from here: disks only
+    billed_s_before: float = 0.0  # runs before the last start (each with its minimum)
+    past_runs: list[tuple[float, float]] = field(default_factory=list)  # (running, billed end)
+    parked_s_before: float = 0.0  # stopped spans before the last start
     gone_at: float | None = None  # ... and the instance is fully terminated
     settled: bool = False  # moved out of the live set (its end has passed)
     notice_delivered: bool = False
@@ -83,7 +95,7 @@ class SimInstance:
 
     @property
     def billing_stop(self) -> float | None:
-        stops = [t for t in (self.stop_at, self.interrupt_at) if t is not None]
+        stops = [t for t in (self.stop_at, self.interrupt_at, self.halted_at) if t is not None]
         return min(stops) if stops else None
 
     @property
@@ -99,7 +111,44 @@ class SimInstance:
             return CloudState.TERMINATED
         if self.stop_at is not None and now >= self.stop_at:
             return CloudState.TERMINATING
+        if self.parked_at is not None and now >= self.parked_at:
+            return CloudState.STOPPED
+        if self.halted_at is not None and now >= self.halted_at:
+            return CloudState.STOPPING
         return CloudState.RUNNING if now >= self.running_at else CloudState.PENDING
+
+    def halt(self, now: float, stop_s: float) -> None:
+        """stop(): compute billing ends now; an interruption not announced yet is off (a
+        stopped instance is not interrupted; a start draws a new one)."""
+        self.halted_at = now
+        self.parked_at = now + stop_s
+        if self.interrupt_at is not None and (self.notice_at is None or self.notice_at > now):
+            self.interrupt_at = self.notice_at = None
+
+    def resume(self, now: float, start_s: float, min_billed_s: float) -> None:
+        """start(): the last run's billing and the stopped span are closed; a new run."""
+        self.past_runs = self.runs(now, min_billed_s)
+        self.billed_s_before = self.billed_seconds(now, min_billed_s)
+        self.parked_s_before = self.parked_seconds(now)
+        self.halted_at = self.parked_at = None
+        self.launched_at = now
+        self.running_at = now + start_s
+        self.notice_delivered = False
+
+    def runs(self, until: float, min_billed_s: float) -> list[tuple[float, float]]:
+        """Every billed run up to ``until``: (running from, billed until), minimum included."""
+        current = self.billed_seconds(until, min_billed_s) - self.billed_s_before
+        if current <= 0:
+            return list(self.past_runs)
+        return [*self.past_runs, (self.running_at, self.running_at + current)]
+
+    def parked_seconds(self, until: float) -> float:
+        """Seconds spent stopped (disks billed, compute not) up to ``until``."""
+        if self.parked_at is None or until <= self.parked_at:
+            return self.parked_s_before
+        ends = [t for t in (self.stop_at, self.end_at) if t is not None]
+        end = min([until, *ends])
+        return self.parked_s_before + max(0.0, end - self.parked_at)
 
     def notice(self, now: float, pool_tag: str, record_tag: str) -> InterruptionNotice | None:
         """The interruption notice, once issued (and unless we terminated it first)."""
@@ -116,15 +165,19 @@ class SimInstance:
         )
 
     def billed_seconds(self, until: float, min_billed_s: float) -> float:
+        """Compute seconds billed up to ``until``: earlier runs plus the current one."""
         stop = self.billing_stop
         end = until if stop is None else min(stop, until)
         seconds = max(0.0, end - self.running_at)
         if seconds > 0 and stop is not None and stop <= until:
-            seconds = max(seconds, min_billed_s)  # a finished instance pays the minimum
-        return seconds
+            seconds = max(seconds, min_billed_s)  # a finished run pays the minimum
+        return self.billed_s_before + seconds
 
-    def billed_usd(self, until: float, min_billed_s: float) -> float:
-        return self.billed_seconds(until, min_billed_s) / 3600.0 * self.offering.hourly_price
+    def billed_usd(
+        self, until: float, min_billed_s: float, stopped_usd_per_hour: float = 0.0
+    ) -> float:
+        compute = self.billed_seconds(until, min_billed_s) / 3600.0 * self.offering.hourly_price
+        return compute + self.parked_seconds(until) / 3600.0 * stopped_usd_per_hour
 
     def snapshot(self, now: float, pool_tag: str, record_tag: str) -> CloudInstance:
         return CloudInstance(

@@ -134,6 +134,16 @@ class LaunchErrorTap:
         self.cloud.cancel_spot_requests(request_ids)
 
 
+    def stop(self, cloud_ids: Sequence[str]) -> frozenset[str]:
+        return self.cloud.stop(cloud_ids)
+
+    def start(self, cloud_id: str, token: str) -> LaunchResult:
+        try:
+            return self.cloud.start(cloud_id, token)
+        except LaunchError as error:
+            self.errors[error.error_class] += 1
+            raise
+
 class Stopwatch:
     """Milliseconds since it was made (a monotonic clock, injectable for tests)."""
 
