@@ -107,6 +107,8 @@ _STATE_STYLE = {
     "CANCELLED": "dim",
     "TERMINATED": "dim",
     "DRAINING": "magenta",
+    "STOPPING": "dim",
+    "STOPPED": "dim",
     "ACTIVE": "cyan",
 }
 

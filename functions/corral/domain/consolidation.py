@@ -90,7 +90,7 @@ def plan_consolidation(
     (others may be missing); ``waiting``: whether any trial of the pool waits."""
     if not pool.consolidate or waiting:
         return None
-    pool_live = [i for i in instances if i.pool == pool.name and i.is_live]
+    pool_live = [i for i in instances if i.pool == pool.name and i.holds_capacity]
     mine = [i for i in pool_live if i.is_schedulable]
     if len(mine) <= pool.min_instances:
         return None  # the emptied agent would go, leaving the pool below min_instances

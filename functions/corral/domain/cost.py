@@ -43,7 +43,11 @@ def billing_start(instance: Instance) -> float | None:
 
 
 def billed_interval(instance: Instance, now: float) -> tuple[float, float] | None:
-    """[start, end) the instance is billed for, the 60 s minimum included, or None."""
+    """[start, end) the instance is billed for, the 60 s minimum included, or None. None too
+    when its latest run ended in the warm pool: that run's spend was closed when it was
+    stopped, and a warm start bills from its new launch time."""
+    if instance.run_closed:
+        return None
     start = billing_start(instance)
     if start is None:
         return None
@@ -53,11 +57,13 @@ def billed_interval(instance: Instance, now: float) -> tuple[float, float] | Non
 
 
 def instance_cost_usd(instance: Instance, now: float) -> float:
+    """What the instance has cost: its runs before its last stop (a warm pool), and the
+    billed interval of the current one."""
     interval = billed_interval(instance, now)
     if interval is None:
-        return 0.0
+        return instance.closed_usd
     start, end = interval
-    return instance.offering.hourly_price * (end - start) / HOUR_S
+    return instance.closed_usd + instance.offering.hourly_price * (end - start) / HOUR_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +125,7 @@ def hourly_burn_usd(instances: Iterable[Instance]) -> float:
     return sum(
         i.offering.hourly_price
         for i in instances
-        if i.state in HOLDS_CLOUD_INSTANCE and i.cloud_id is not None
+        if i.state in HOLDS_CLOUD_INSTANCE and i.cloud_id is not None and not i.is_parked
     )
 
 

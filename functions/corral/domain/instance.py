@@ -17,6 +17,8 @@ class InstanceState(StrEnum):
     BUSY = "BUSY"
     DRAINING = "DRAINING"
     LOST = "LOST"
+    STOPPING = "STOPPING"  # a warm pool keeps it: stop requested, disks kept
+    STOPPED = "STOPPED"  # in the warm pool: no compute billed, started again for demand
     TERMINATING = "TERMINATING"
     TERMINATED = "TERMINATED"
     CANCELLED = "CANCELLED"
@@ -32,11 +34,15 @@ INSTANCE_MACHINE: TransitionTable[InstanceState] = TransitionTable.build(
     {
         (IS.QUEUED, IS.REQUESTED): "scale_up wrote its intent and is about to call the cloud",
         (IS.QUEUED, IS.CANCELLED): "the demand vanished before the launch was attempted",
+        (IS.QUEUED, IS.STOPPED): "a warm start no longer wanted, or its offering has no capacity",
+        (IS.QUEUED, IS.TERMINATED): _GONE,
         (IS.REQUESTED, IS.ALLOCATED): "the cloud returned an instance for our token",
         (IS.REQUESTED, IS.QUEUED): "the attempt failed or timed out; retry with a new token",
         (IS.REQUESTED, IS.ALLOCATION_FAILED): "invalid launch config, or attempts exhausted",
         (IS.REQUESTED, IS.CANCELLED): "an open spot request was cancelled before it was filled",
         (IS.REQUESTED, IS.TERMINATED): _GONE,
+        (IS.REQUESTED, IS.STOPPED): "the cloud could not start the warm instance now (capacity)",
+        (IS.REQUESTED, IS.TERMINATING): "the cloud refused to start the warm instance: given up",
         (IS.ALLOCATED, IS.IDLE): "the agent proved its identity and registered its GPUs",
         (IS.ALLOCATED, IS.TERMINATING): "never registered within max_agent_starting_period",
         (IS.ALLOCATED, IS.TERMINATED): _GONE,
@@ -50,24 +56,36 @@ INSTANCE_MACHINE: TransitionTable[InstanceState] = TransitionTable.build(
         (IS.BUSY, IS.TERMINATED): _GONE,
         (IS.DRAINING, IS.IDLE): "demand came back before the drained agent was terminated",
         (IS.DRAINING, IS.TERMINATING): "confirmed empty; terminate",
+        (IS.DRAINING, IS.STOPPING): "confirmed empty; stopped into the pool's warm pool",
         (IS.DRAINING, IS.LOST): "heartbeats stopped while draining",
         (IS.DRAINING, IS.TERMINATED): _GONE,
         (IS.LOST, IS.IDLE): "the agent reconnected within the grace period (no trials left)",
         (IS.LOST, IS.TERMINATING): "the agent did not come back within the grace period",
         (IS.LOST, IS.TERMINATED): _GONE,
         (IS.TERMINATING, IS.TERMINATED): "the cloud confirmed the termination",
+        (IS.STOPPING, IS.STOPPED): "the cloud confirmed the stop",
+        (IS.STOPPING, IS.TERMINATING): "the cloud would not stop it",
+        (IS.STOPPING, IS.TERMINATED): _GONE,
+        (IS.STOPPED, IS.QUEUED): "started again for waiting demand (a warm start)",
+        (IS.STOPPED, IS.TERMINATING): "stopped past max_stopped_period, or over the warm pool size",
+        (IS.STOPPED, IS.TERMINATED): _GONE,
     },
 )
 
 # Derived from the table, never listed by hand.
 HOLDS_CLOUD_INSTANCE = INSTANCE_MACHINE.sources(IS.TERMINATED)
 LIVE_STATES = frozenset(INSTANCE_MACHINE.states) - INSTANCE_MACHINE.terminal
+# A warm pool's instances: stopped (or being stopped), disks kept. Live records (they hold a
+# cloud instance) that are not capacity: no GPUs, no compute billed, not counted against
+# max_instances until a warm start takes one back to QUEUED.
+PARKED_STATES = frozenset({IS.STOPPING, IS.STOPPED})
 # States where the instance is on its way but not yet usable: reachable from QUEUED before
 # the first registration, and still able to register. The planner counts them as capacity
-# on its way, or the same demand is launched twice.
+# on its way, or the same demand is launched twice. (A stopped instance is not on its way:
+# only the warm start that takes it back to QUEUED is.)
 STARTING_STATES = frozenset(
     s
-    for s in INSTANCE_MACHINE.reachable(IS.QUEUED, avoiding=frozenset({IS.IDLE}))
+    for s in INSTANCE_MACHINE.reachable(IS.QUEUED, avoiding=frozenset({IS.IDLE, IS.STOPPED}))
     if IS.IDLE in INSTANCE_MACHINE.reachable(s)
 )
 SCHEDULABLE_STATES = frozenset({IS.IDLE, IS.BUSY})
@@ -108,6 +126,12 @@ class Instance:
     # When the schedule pass last sent a QUEUED record's launch message again (at most once
     # per redrive period: the scale-up queue does not dedupe).
     redriven_at: float | None = None
+    stopped_at: float | None = None  # when it last entered the warm pool (STOPPING)
+    # Compute spend of its runs before the last stop (a warm pool's instance runs again).
+    closed_usd: float = 0.0
+    # Its latest run ended in the warm pool and its spend was closed then; set on STOPPING,
+    # cleared on ALLOCATED (a warm start's new run begins).
+    run_closed: bool = False
 
     # ---- derived views -------------------------------------------------------------
     @property
@@ -134,6 +158,22 @@ class Instance:
     @property
     def is_live(self) -> bool:
         return self.state in LIVE_STATES
+
+    @property
+    def is_parked(self) -> bool:
+        """In the warm pool (stopped or stopping): held, but no capacity."""
+        return self.state in PARKED_STATES
+
+    @property
+    def holds_capacity(self) -> bool:
+        """Live and not parked: what counts against max_instances and is billed for compute."""
+        return self.state in LIVE_STATES and self.state not in PARKED_STATES
+
+    @property
+    def is_warm_start(self) -> bool:
+        """A stopped instance being started again: QUEUED or REQUESTED with its cloud id
+        (a fresh launch learns its cloud id only when it leaves REQUESTED)."""
+        return self.cloud_id is not None and self.state in (IS.QUEUED, IS.REQUESTED)
 
     @property
     def drained_for_idleness(self) -> bool:
@@ -175,6 +215,12 @@ class Instance:
             changes["idle_since"] = None
         if target is IS.TERMINATED:
             changes["terminated_at"] = at
+        elif target is IS.STOPPING:
+            # Its run ends here; the caller closes its spend (``closed_usd``, the pool's).
+            changes["stopped_at"] = at
+            changes["run_closed"] = True
+        elif target is IS.ALLOCATED:
+            changes["run_closed"] = False  # a run begins (a launch, or a warm start's)
         return replace(
             self,
             state=target,
@@ -193,6 +239,28 @@ class Instance:
 
     def without_allocation(self, trial_id: str) -> Instance:
         return replace(self, allocations=tuple(a for a in self.allocations if a[0] != trial_id))
+
+    def warm_start(
+        self, at: float, planned_for: tuple[tuple[str, int], ...], reason: str
+    ) -> Instance:
+        """STOPPED -> QUEUED for waiting demand: a new attempt (its own start token) of the
+        same cloud instance, which boots and registers again like a fresh launch."""
+        started = self.transition(IS.QUEUED, at, reason)
+        return replace(
+            started,
+            attempt=self.attempt + 1,
+            launch_failures=0,
+            planned_for=planned_for,
+            requested_at=None,
+            launched_at=None,
+            registered_at=None,
+            idle_since=None,
+            address=None,
+            consolidated_at=None,
+            interruption_notice_at=None,
+            redriven_at=None,
+            last_error=None,
+        )
 
 
 def new_instance(

@@ -257,7 +257,7 @@ def plan_pool(
     month_to_date_usd: float = 0.0,
 ) -> PoolPlan:
     """Plan one pool. ``instances`` are the pool's records; terminal ones are ignored."""
-    live = [i for i in instances if i.is_live and i.pool == pool.name]
+    live = [i for i in instances if i.holds_capacity and i.pool == pool.name]
     starting = {i.id: i for i in live if i.is_starting}
     by_id = {t.id: t for t in unplaced}
     reasons: dict[str, str] = {}
@@ -363,8 +363,14 @@ def plan_pool(
 
 def under_pressure(live: Sequence[Instance], now: float) -> bool:
     """Whether trials arrived faster than free GPUs lately: an instance launched for
-    waiting trials (not for min_instances) within ``PRESSURE_WINDOW_S`` is still live."""
-    return any(i.planned_for and now - i.created_at <= PRESSURE_WINDOW_S for i in live)
+    waiting trials (not for min_instances) within ``PRESSURE_WINDOW_S`` is still live. When
+    it was planned is when it last entered QUEUED: a warm start's record is old, its launch
+    is not."""
+    return any(
+        i.planned_for
+        and now - (i.entered_at(InstanceState.QUEUED) or i.created_at) <= PRESSURE_WINDOW_S
+        for i in live
+    )
 
 
 def _buy_for(

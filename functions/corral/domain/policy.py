@@ -65,6 +65,16 @@ class PoolPolicy(Protocol):
         (``corral.domain.consolidation``)."""
         ...
 
+    @property
+    def warm_pool_size(self) -> int:
+        """Idle agents kept stopped (disks kept) to start again instead of launching."""
+        ...
+
+    @property
+    def max_stopped_s(self) -> float:
+        """How long a stopped instance is kept before it is terminated."""
+        ...
+
     def offerings(self) -> list[Offering]:
         """Every offering the pool may launch (spot ones first when the pool uses spot)."""
         ...
@@ -89,6 +99,8 @@ class StaticPool:
     # ``fallback.ON_DEMAND_FALLBACK_AFTER_S``. Not consulted when on_demand_fallback is off.
     fallback_after_s: float | None = 0.0
     consolidate: bool = False
+    warm_pool_size: int = 0
+    max_stopped_s: float = 72 * 3600.0
 
     @property
     def on_demand_fallback_after_s(self) -> float | None:

@@ -27,6 +27,13 @@ work; consolidation (``corral.domain.consolidation``, opt-in per pool) does, and
 is emptying (``consolidated_at``) is treated like one under an interruption notice: never
 taken back, terminated once its trials have left.
 
+The warm pool (``warm_pool.size`` per pool): an agent confirmed empty is *stopped* (DRAINING
+-> STOPPING) instead of terminated while the pool keeps fewer stopped instances than that, so
+the next demand starts it again in tens of seconds instead of launching one for minutes. Not
+kept: agents drained for an interruption notice (the cloud takes them) and on-demand fallback
+agents of a spot pool (the most expensive kind; the pool wants spot back). Stopped instances
+past ``max_stopped_period``, or beyond the size (it was lowered), are terminated, oldest first.
+
 Never touched: BUSY agents, agents with allocations, agents whose latest heartbeat reports
 trials, and agents in ``reserved`` (capacity the planner counted for pending demand, e.g. one
 member of a gang). ``heartbeats`` is keyed by instance record id.
@@ -61,12 +68,15 @@ class ReapDecision:
 @dataclass(frozen=True, slots=True)
 class ReapPlan:
     drain: tuple[ReapDecision, ...] = ()  # IDLE -> DRAINING
-    terminate: tuple[ReapDecision, ...] = ()  # DRAINING -> TERMINATING (then the cloud call)
+    # DRAINING -> TERMINATING or STOPPING, STOPPED -> TERMINATING (then the cloud call)
+    terminate: tuple[ReapDecision, ...] = ()
     undrain: tuple[ReapDecision, ...] = ()  # DRAINING -> IDLE
     # Drained agents already confirmed empty by a fresh heartbeat: terminated in the same
     # pass once their drain is written (the conditional write is what rules out a racing
     # assignment), so an idle agent costs at most its idle period and one timer period.
     terminate_after_drain: frozenset[str] = frozenset()
+    # ... of which these are stopped into the warm pool instead of terminated.
+    park_after_drain: frozenset[str] = frozenset()
 
     @property
     def decisions(self) -> tuple[ReapDecision, ...]:
@@ -143,8 +153,10 @@ def plan_reaping(
     staying = sum(1 for i in mine if i.is_schedulable)
 
     drain: list[ReapDecision] = []
-    terminate: list[ReapDecision] = []
+    terminate: list[ReapDecision] = list(_expire_parked(pool, mine, now))
     undrain: list[ReapDecision] = []
+    parked = sum(1 for i in mine if i.is_parked) - len(terminate)
+    warm_room = pool.warm_pool_size - parked
 
     # Drained agents first: taking one back raises the staying count the drains below use.
     for inst in (i for i in mine if i.state is IS.DRAINING):
@@ -154,8 +166,12 @@ def plan_reaping(
         if decision.target is IS.IDLE:
             undrain.append(decision)
             staying += 1
-        else:
-            terminate.append(decision)
+            continue
+        if warm_room > 0 and may_park(pool, inst):
+            warm_room -= 1
+            reason = f"{decision.reason}: stopped into the warm pool"
+            decision = ReapDecision(inst, IS.STOPPING, reason)
+        terminate.append(decision)
 
     candidates = [
         i
@@ -170,23 +186,32 @@ def plan_reaping(
     for inst in (i for i in candidates if not i.is_schedulable):
         drain.append(ReapDecision(inst, IS.DRAINING, "interruption notice: taking no new work"))
     schedulable = [i for i in candidates if i.is_schedulable]
+    # Room in the warm pool, handed out as agents are drained: those that get it are stopped
+    # instead of terminated once confirmed empty (this pass or a later one).
+    parking: set[str] = set()
+
+    def drain_one(inst: Instance, reason: str) -> None:
+        nonlocal warm_room
+        drain.append(ReapDecision(inst, IS.DRAINING, reason))
+        if warm_room > 0 and may_park(pool, inst):
+            warm_room -= 1
+            parking.add(inst.id)
 
     # max_instances lowered below the live count: drain the surplus now, idle time aside.
     ceiling = max(pool.max_instances, floor)
     while staying > ceiling and schedulable:
         inst = schedulable.pop(0)
-        reason = f"{staying} agents stay, above max_instances {pool.max_instances}"
-        drain.append(ReapDecision(inst, IS.DRAINING, reason))
+        drain_one(inst, f"{staying} agents stay, above max_instances {pool.max_instances}")
         staying -= 1
 
     # The waiting demand has no room under max_instances: make it from idle agents the
     # plan does not count on (``candidates`` excludes reserved ones), longest idle first.
     while room_needed > 0 and schedulable and staying > floor:
         inst = schedulable.pop(0)
-        reason = (
-            f"idle, making room for pending demand (pool at max_instances {pool.max_instances})"
+        drain_one(
+            inst,
+            f"idle, making room for pending demand (pool at max_instances {pool.max_instances})",
         )
-        drain.append(ReapDecision(inst, IS.DRAINING, reason))
         staying -= 1
         room_needed -= 1
 
@@ -205,13 +230,47 @@ def plan_reaping(
             reason = (
                 f"idle for {idle_for:.0f}s, past max_idle_agent_period ({pool.max_idle_s:.0f}s)"
             )
-        drain.append(ReapDecision(inst, IS.DRAINING, reason))
+        drain_one(inst, reason)
         staying -= 1
 
     confirmed = frozenset(
         d.instance.id for d in drain if _freshly_empty(beats.get(d.instance.id), fresh_after)
     )
-    return ReapPlan(tuple(drain), tuple(terminate), tuple(undrain), confirmed)
+    park = frozenset(parking & confirmed)
+    return ReapPlan(tuple(drain), tuple(terminate), tuple(undrain), confirmed, park)
+
+
+def may_park(pool: PoolPolicy, instance: Instance) -> bool:
+    """Whether an empty agent may go to the warm pool (given room): not one the cloud is
+    taking (an interruption notice), not on-demand fallback capacity of a spot pool."""
+    return (
+        pool.warm_pool_size > 0
+        and instance.cloud_id is not None
+        and instance.interruption_notice_at is None
+        and not is_fallback(pool, instance.offering)
+    )
+
+
+def _expire_parked(pool: PoolPolicy, mine: Sequence[Instance], now: float) -> list[ReapDecision]:
+    """Stopped instances to terminate: past max_stopped_period, then, oldest first, those
+    beyond the warm pool's size (it was lowered). A STOPPING one is left to settle first."""
+    stopped = sorted(
+        (i for i in mine if i.state is IS.STOPPED),
+        key=lambda i: (i.stopped_at if i.stopped_at is not None else now, i.id),
+    )
+    excess = sum(1 for i in mine if i.is_parked) - pool.warm_pool_size
+    out: list[ReapDecision] = []
+    for inst in stopped:
+        kept_for = now - (inst.stopped_at if inst.stopped_at is not None else now)
+        if kept_for > pool.max_stopped_s:
+            reason = f"stopped for {kept_for:.0f}s, past max_stopped_period"
+        elif excess > 0:
+            reason = f"the warm pool keeps {pool.warm_pool_size} stopped instance(s)"
+        else:
+            continue
+        out.append(ReapDecision(inst, IS.TERMINATING, reason))
+        excess -= 1
+    return out
 
 
 def _freshly_empty(heartbeat: Heartbeat | None, fresh_after: float | None) -> bool:

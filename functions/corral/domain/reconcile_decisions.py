@@ -72,10 +72,15 @@ class Adopt(RecordDecision):
 
     def apply(self, now: float) -> Instance:
         moved = RecordDecision.apply(self, now)
+        launched = self.cloud.launched_at
+        if self.record.is_warm_start and self.record.requested_at is not None:
+            # A cloud may list the instance's creation, not its last start: this run began
+            # no earlier than the start was asked for.
+            launched = max(launched, self.record.requested_at)
         return replace(
             moved,
             cloud_id=self.cloud.cloud_id,
-            launched_at=self.cloud.launched_at,
+            launched_at=launched,
             spot_request_id=self.cloud.spot_request_id or moved.spot_request_id,
         )
 
@@ -110,6 +115,14 @@ class Requeue(RecordDecision):
             requested_at=None,
             last_error=self.reason,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class MarkStopped(RecordDecision):
+    """STOPPING -> STOPPED: the cloud lists the instance stopped (the stop call's answer
+    was lost, or it was still stopping when the reaper asked)."""
+
+    target: ClassVar[InstanceState] = IS.STOPPED
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +161,17 @@ class TerminateCloud:
 
 
 @dataclass(frozen=True, slots=True)
+class StopCloud:
+    """Stop an owned cloud instance without a record transition: a warm-pool record whose
+    instance is still (or again) running, e.g. started behind Corral's back."""
+
+    cloud_id: str
+    pool: str
+    record_id: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class CancelSpotRequest:
     """Cancel an owned spot request; ``mark_unavailable`` is the offering key to remember as
     refused (capacity or price), if any."""
@@ -167,7 +191,9 @@ Decision = (
     | FailAllocation
     | MarkLost
     | Recover
+    | MarkStopped
     | TerminateCloud
+    | StopCloud
     | CancelSpotRequest
 )
 

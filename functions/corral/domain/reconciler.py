@@ -23,8 +23,14 @@ Rules, each emitting one decision type with a reason (see ``reconcile_decisions`
    request (record gone, terminal, or an earlier attempt's) -> CancelSpotRequest.
 7. IDLE/BUSY/DRAINING silent for ``heartbeat_timeout_s`` -> MarkLost; LOST past
    ``lost_grace_s`` -> Terminate; LOST with a fresh heartbeat, nothing running -> Recover.
-8. An owned instance the cloud reports stopped or stopping -> TerminateCloud.
+8. An owned instance the cloud reports stopped or stopping -> TerminateCloud, unless its
+   record keeps it in the warm pool (rule 10).
 9. TERMINATING and still listed -> TerminateCloud again (idempotent); gone -> rule 1.
+10. The warm pool: STOPPING and listed stopped -> MarkStopped, listed up -> StopCloud again,
+   still up after ``request_timeout_s`` -> Terminate;
+   STOPPED and listed up (started behind Corral's back) -> StopCloud. A warm start (QUEUED
+   or REQUESTED holding its stopped instance) is never terminated for being stopped:
+   REQUESTED and listed up -> Adopt; still stopped after ``request_timeout_s`` -> Terminate.
 
 Defensive limits: instances, spot requests and records of pools not in ``pools`` are
 ignored; every cloud id in a decision was in the owned listing; each record gets at most one
@@ -46,11 +52,13 @@ from corral.domain.reconcile_decisions import (
     Decision,
     FailAllocation,
     MarkLost,
+    MarkStopped,
     MarkTerminated,
     ReconcilePlan,
     ReconcileSettings,
     Recover,
     Requeue,
+    StopCloud,
     Terminate,
     TerminateCloud,
 )
@@ -93,7 +101,7 @@ class _Pass:
     out: dict[tuple[str, str], Decision] = field(default_factory=dict)
 
     def emit(self, decision: Decision) -> None:
-        if isinstance(decision, TerminateCloud):
+        if isinstance(decision, TerminateCloud | StopCloud):
             key = ("cloud", decision.cloud_id)
         elif isinstance(decision, CancelSpotRequest):
             key = ("spot", decision.request_id)
@@ -149,7 +157,7 @@ def reconcile(
 
 
 def _for_record(p: _Pass, r: Instance, pool: PoolPolicy) -> list[Decision]:
-    if r.state is IS.QUEUED:
+    if r.state is IS.QUEUED and r.cloud_id is None:
         return []
     if r.state is IS.REQUESTED and r.cloud_id is None:
         return _requested(p, r, pool)
@@ -166,6 +174,8 @@ def _for_record(p: _Pass, r: Instance, pool: PoolPolicy) -> list[Decision]:
         seen = "not in the owned listing" if ci is None else f"reported {ci.state.value}"
         reason = f"instance {r.cloud_id} is {seen}"
         return [MarkTerminated(r, reason)]
+    if r.is_parked or r.is_warm_start:
+        return _warm(p, r, ci)
     if ci.state in _STOPPED:
         return [TerminateCloud(ci.cloud_id, r.pool, r.id, f"the cloud reports it {ci.state}")]
     if r.state is IS.TERMINATING:
@@ -177,6 +187,38 @@ def _for_record(p: _Pass, r: Instance, pool: PoolPolicy) -> list[Decision]:
     if r.state is IS.LOST:
         return _lost(p, r)
     return _heartbeat(p, r)
+
+
+def _warm(p: _Pass, r: Instance, ci: CloudInstance) -> list[Decision]:
+    """Rule 10: a warm-pool record (STOPPING, STOPPED) or a warm start of one."""
+    up = ci.state in _UP
+    if r.state is IS.STOPPING:
+        if ci.state is CloudState.STOPPED:
+            return [MarkStopped(r, "the cloud lists it stopped")]
+        since = r.stopped_at if r.stopped_at is not None else r.created_at
+        if p.now - since > p.settings.request_timeout_s:
+            # A stop the cloud never carries out (e.g. an instance of a one-time spot request
+            # launched before the pool had a warm pool): it still runs, and bills.
+            why = f"asked to stop {p.now - since:.0f}s ago, still {ci.state}: terminated"
+            return [Terminate(r, why)]
+        why = f"stopping, still {ci.state}: stop again"
+        return [StopCloud(ci.cloud_id, r.pool, r.id, why)]
+    if r.state is IS.STOPPED:
+        if up:
+            why = f"in the warm pool but {ci.state} (started behind Corral's back)"
+            return [StopCloud(ci.cloud_id, r.pool, r.id, why)]
+        return []
+    if r.state is IS.REQUESTED:
+        if up:
+            return [Adopt(r, f"the cloud lists {ci.cloud_id} started again", cloud=ci)]
+        since = r.requested_at if r.requested_at is not None else r.created_at
+        if p.now - since > p.settings.request_timeout_s:
+            # Given up, not asked again: a start that never takes (a spot request EC2 keeps
+            # marked for stop) would hold the demand it was planned for for ever. The
+            # planner launches for that demand once this record is gone.
+            why = f"warm start asked {p.now - since:.0f}s ago, instance still {ci.state}"
+            return [Terminate(r, why)]
+    return []  # QUEUED: its launch message (or the schedule pass's redrive) starts it
 
 
 def _learned_recently(p: _Pass, r: Instance) -> bool:

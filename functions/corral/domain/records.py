@@ -77,6 +77,7 @@ class EventKind(StrEnum):
     AGENT_UNDRAINED = "agent_undrained"  # taken back from draining: demand came back
     INSTANCE_TERMINATING = "instance_terminating"
     INSTANCE_TERMINATED = "instance_terminated"
+    INSTANCE_STOPPED = "instance_stopped"  # into the warm pool
     INSTANCE_ADOPTED = "instance_adopted"
     ORPHAN_TERMINATED = "orphan_terminated"
     SPOT_INTERRUPTION = "spot_interruption"

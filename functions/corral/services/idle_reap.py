@@ -16,7 +16,12 @@ from corral.domain.trial import Trial, TrialState
 from corral.ports.store import commit_one
 from corral.services.schedule_pass import plan_all
 from corral.services.shared.instance_events import log_instance_event
-from corral.services.shared.instance_removal import take_away, terminate, wake_scheduler
+from corral.services.shared.instance_removal import (
+    park,
+    take_away,
+    terminate,
+    wake_scheduler,
+)
 from corral.services.shared.service_context import Context
 
 
@@ -25,6 +30,7 @@ class ReapReport:
     drained: list[str] = field(default_factory=list)
     undrained: list[str] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)  # into the warm pool
     consolidated: list[str] = field(default_factory=list)  # agents drained to move work off
 
 
@@ -52,21 +58,28 @@ def run_idle_reap(ctx: Context) -> ReapReport:
             if drained is None:
                 continue
             report.drained.append(drained.id)
-            if drained.id not in plan.terminate_after_drain:
-                continue
-            empty = drained.transition(
-                InstanceState.TERMINATING, now, "drained and confirmed empty"
-            )
-            if terminate(ctx, empty, EventKind.INSTANCE_TERMINATED):
-                report.terminated.append(drained.id)
+            if drained.id in plan.park_after_drain:
+                reason = "drained and confirmed empty: stopped into the warm pool"
+                if park(ctx, drained, reason):
+                    report.stopped.append(drained.id)
+            elif drained.id in plan.terminate_after_drain:
+                empty = drained.transition(
+                    InstanceState.TERMINATING, now, "drained and confirmed empty"
+                )
+                if terminate(ctx, empty, EventKind.INSTANCE_TERMINATED):
+                    report.terminated.append(drained.id)
         for decision in plan.undrain:
             if _move(ctx, decision.apply(now)) is not None:
                 report.undrained.append(decision.instance.id)
         for decision in plan.terminate:
-            if terminate(ctx, decision.apply(now), EventKind.INSTANCE_TERMINATED):
+            if decision.target is InstanceState.STOPPING:
+                if park(ctx, decision.instance, decision.reason):
+                    report.stopped.append(decision.instance.id)
+            elif terminate(ctx, decision.apply(now), EventKind.INSTANCE_TERMINATED):
                 report.terminated.append(decision.instance.id)
     _consolidate(ctx, live, waiting, report)
-    if report.undrained or (report.terminated and any(p.unserved for p in plans.values())):
+    freed = report.terminated or report.stopped
+    if report.undrained or (freed and any(p.unserved for p in plans.values())):
         # Taken-back agents get work now; freed room under max_instances gets a launch now.
         wake_scheduler(ctx, "the reaper changed the fleet the pending demand waits for")
     return report

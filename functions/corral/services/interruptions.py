@@ -29,8 +29,8 @@ def on_interruption_notice(ctx: Context, cloud_id: str, kind: NoticeKind) -> boo
 
     def step() -> bool:
         record = ctx.store.instance_by_cloud_id(cloud_id)
-        if record is None or record.state not in HOLDS_CLOUD_INSTANCE:
-            return False
+        if record is None or record.state not in HOLDS_CLOUD_INSTANCE or record.is_parked:
+            return False  # not ours, gone, or stopped (a stopped instance is not interrupted)
         if record.interruption_notice_at is not None and kind is NoticeKind.REBALANCE:
             return False
         now = ctx.clock.now()

@@ -117,6 +117,19 @@ def _apply(ctx: Context, decision: rd.Decision) -> None:
         case rd.FailAllocation():
             ctx.store.commit([decision.apply(now)])
             _event(ctx, EventKind.LAUNCH_FAILED, decision)
+        case rd.MarkStopped():
+            ctx.store.commit([decision.apply(now)])
+        case rd.StopCloud():
+            ctx.cloud.stop([decision.cloud_id])
+            reason = f"{decision.cloud_id}: {decision.reason}"
+            event = Event(
+                now,
+                EventKind.INSTANCE_STOPPED,
+                reason,
+                pool=decision.pool,
+                instance_id=decision.record_id,
+            )
+            ctx.store.append_events([event])
         case rd.Recover():
             ctx.store.commit([decision.apply(now)])
             _event(ctx, EventKind.AGENT_REGISTERED, decision)

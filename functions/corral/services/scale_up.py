@@ -11,7 +11,6 @@ left unrecorded). Errors act by class (see ``corral.domain.backoff``).
 from __future__ import annotations
 
 from dataclasses import replace
-from enum import StrEnum
 
 from corral.domain.backoff import (
     LaunchVerdict,
@@ -27,22 +26,19 @@ from corral.domain.records import Event, EventKind
 from corral.ports.cloud import LaunchRequest
 from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import commit_one
+from corral.services.shared.launch_outcome import LaunchOutcome
 from corral.services.shared.service_context import Context
+from corral.services.warm_start import start_warm
 
-
-class LaunchOutcome(StrEnum):
-    LAUNCHED = "launched"
-    SPOT_REQUEST_OPEN = "spot_request_open"
-    SKIPPED = "skipped"  # stale or duplicate message, or the record moved on
-    WAITING = "waiting"  # pool backed off or no offering: the schedule pass re-drives it
-    RETRYING = "retrying"
-    FAILED = "failed"
+__all__ = ["LaunchOutcome", "launch_instance"]
 
 
 def launch_instance(ctx: Context, instance_id: str, attempt: int) -> LaunchOutcome:
     record = ctx.store.get_instance(instance_id)
     if record is None or record.attempt != attempt:
         return LaunchOutcome.SKIPPED
+    if record.is_warm_start:
+        return start_warm(ctx, record)
     if record.state is InstanceState.QUEUED:
         started = _start_attempt(ctx, record)
         if not isinstance(started, Instance):
@@ -101,7 +97,11 @@ def _available_offering(ctx: Context, record: Instance, now: float) -> Offering 
 
 
 def _call_cloud(ctx: Context, record: Instance) -> LaunchOutcome:
-    request = LaunchRequest(record.id, record.pool, record.offering, record.launch_token)
+    pool = ctx.pool(record.pool)
+    stoppable = pool is not None and pool.warm_pool_size > 0
+    request = LaunchRequest(
+        record.id, record.pool, record.offering, record.launch_token, stoppable=stoppable
+    )
     try:
         result = ctx.cloud.launch(request)
     except LaunchError as error:

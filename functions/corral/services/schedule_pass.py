@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from corral.domain.errors import ConflictError
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState, new_instance
 from corral.domain.placement import Assignment, PlacementResult, place_trials
-from corral.domain.planner import PoolPlan
+from corral.domain.planner import PlannedLaunch, PoolPlan
 from corral.domain.records import Event, EventKind, PoolState
 from corral.domain.trial import Trial, TrialState
 from corral.ports.commands import LaunchInstance, send
@@ -163,12 +163,17 @@ def _apply_plan(
     ctx: Context, plan: PoolPlan, state: PoolState, pool_live: list[Instance], report: PassReport
 ) -> None:
     now = ctx.clock.now()
+    # Only stopped instances whose offering the cloud has not refused lately: a start there
+    # would be refused again and the demand would wait a pass for nothing.
+    warm = _WarmPool(
+        [
+            i
+            for i in pool_live
+            if i.state is InstanceState.STOPPED and state.capacity.is_available(i.offering.key, now)
+        ]
+    )
     planned = [
-        replace(
-            new_instance(ctx.ids.new("inst"), plan.pool, launch.offering, now, launch.reason),
-            planned_for=launch.planned_for,
-        )
-        for launch in plan.launches
+        warm.serve(launch, now) or _fresh(ctx, plan.pool, launch, now) for launch in plan.launches
     ]
     # The pool state rides along unchanged in every commit: its version serialises racing
     # planners. A plan larger than one commit (100 items in DynamoDB) goes in several, each
@@ -220,6 +225,35 @@ def _apply_plan(
         send(ctx.queue, launches)
 
 
+def _fresh(ctx: Context, pool: str, launch: PlannedLaunch, now: float) -> Instance:
+    record = new_instance(ctx.ids.new("inst"), pool, launch.offering, now, launch.reason)
+    return replace(record, planned_for=launch.planned_for)
+
+
+@dataclass
+class _WarmPool:
+    """The pool's stopped instances, each serving at most one planned launch of its instance
+    type and capacity type (the same zone first): a warm start boots in tens of seconds where
+    a launch takes minutes, and costs nothing more once running."""
+
+    stopped: list[Instance]
+
+    def serve(self, launch: PlannedLaunch, now: float) -> Instance | None:
+        wanted = launch.offering
+        fits = [
+            i
+            for i in self.stopped
+            if i.offering.instance_type == wanted.instance_type
+            and i.offering.capacity_type is wanted.capacity_type
+        ]
+        if not fits:
+            return None
+        chosen = min(fits, key=lambda i: (i.offering.key != wanted.key, -(i.stopped_at or 0.0)))
+        self.stopped.remove(chosen)
+        reason = f"warm start of {chosen.cloud_id}: {launch.reason}"
+        return chosen.warm_start(now, launch.planned_for, reason)
+
+
 def _mark_redriven(ctx: Context, stale: list[Instance], now: float) -> list[Instance]:
     """Records whose launch message is sent again, each at most once per redrive_after_s:
     the scale-up queue is a standard one (no dedupe), so re-sending on every pass would
@@ -239,6 +273,15 @@ def _mark_redriven(ctx: Context, stale: list[Instance], now: float) -> list[Inst
 def _cancel(ctx: Context, inst: Instance) -> bool:
     """Undo a launch nobody needs: a QUEUED record, or an unfilled spot request."""
     now = ctx.clock.now()
+    if inst.is_warm_start:
+        # Back to the warm pool, stopped as it still is (a QUEUED warm start never called the
+        # cloud; the planner lists only QUEUED ones as surplus).
+        back = inst.transition(InstanceState.STOPPED, now, "demand went away: stays warm")
+        try:
+            ctx.store.commit([back])
+        except ConflictError:
+            return False
+        return True
     if inst.state is InstanceState.REQUESTED and inst.spot_request_id:
         ctx.cloud.cancel_spot_requests([inst.spot_request_id])
     try:

@@ -24,6 +24,7 @@ from corral.domain.reconcile_decisions import (
     RecordDecision,
     Recover,
     Requeue,
+    StopCloud,
     Terminate,
     TerminateCloud,
 )
@@ -400,7 +401,7 @@ def test_property_reconciler_touches_only_owned_ids_with_allowed_transitions(
     owned_requests = {s.request_id for s in requests if s.pool in POOLS}
     seen_records: set[str] = set()
     for decision in plan.decisions:
-        if isinstance(decision, TerminateCloud):
+        if isinstance(decision, TerminateCloud | StopCloud):
             assert decision.cloud_id in owned_listed | record_ids
             assert decision.cloud_id not in foreign - owned_listed
         elif isinstance(decision, CancelSpotRequest):

@@ -10,6 +10,7 @@ from corral.domain.instance import (
     HOLDS_CLOUD_INSTANCE,
     INSTANCE_MACHINE,
     LIVE_STATES,
+    PARKED_STATES,
     STARTING_STATES,
     InstanceState,
     new_instance,
@@ -51,6 +52,18 @@ EXPECTED_INSTANCE_EDGES = {
     (IS.BUSY, IS.TERMINATED),
     (IS.DRAINING, IS.TERMINATED),
     (IS.LOST, IS.TERMINATED),
+    # the warm pool: stopped instead of terminated, started again for demand
+    (IS.DRAINING, IS.STOPPING),
+    (IS.STOPPING, IS.STOPPED),
+    (IS.STOPPING, IS.TERMINATING),
+    (IS.STOPPING, IS.TERMINATED),
+    (IS.STOPPED, IS.QUEUED),
+    (IS.STOPPED, IS.TERMINATING),
+    (IS.STOPPED, IS.TERMINATED),
+    (IS.QUEUED, IS.STOPPED),
+    (IS.QUEUED, IS.TERMINATED),
+    (IS.REQUESTED, IS.STOPPED),
+    (IS.REQUESTED, IS.TERMINATING),
 }
 
 EXPECTED_TRIAL_EDGES = {
@@ -116,7 +129,9 @@ def test_derived_instance_sets() -> None:
     assert INSTANCE_MACHINE.terminal == {IS.TERMINATED, IS.CANCELLED, IS.ALLOCATION_FAILED}
     assert {IS.QUEUED, IS.REQUESTED, IS.ALLOCATED} == STARTING_STATES
     assert set(IS) - {IS.TERMINATED, IS.CANCELLED, IS.ALLOCATION_FAILED} == LIVE_STATES
+    # QUEUED holds one when it is a warm start (the stopped instance it starts again).
     assert {
+        IS.QUEUED,
         IS.REQUESTED,
         IS.ALLOCATED,
         IS.IDLE,
@@ -124,7 +139,10 @@ def test_derived_instance_sets() -> None:
         IS.DRAINING,
         IS.LOST,
         IS.TERMINATING,
+        IS.STOPPING,
+        IS.STOPPED,
     } == HOLDS_CLOUD_INSTANCE
+    assert {IS.STOPPING, IS.STOPPED} == PARKED_STATES
 
 
 def test_derived_trial_sets() -> None:

@@ -8,7 +8,8 @@ const KINDS = [
   "launch_planned", "launch_requested", "launch_failed", "launch_cancelled",
   "offering_unavailable", "pool_backoff", "breaker_open", "breaker_reset", "budget_exhausted",
   "agent_registered", "agent_lost", "agent_draining", "agent_undrained",
-  "instance_terminating", "instance_terminated", "instance_adopted", "orphan_terminated",
+  "instance_terminating", "instance_terminated", "instance_stopped", "instance_adopted",
+  "orphan_terminated",
   "spot_interruption", "spot_request_cancelled", "trial_assigned", "trial_state",
   "trial_requeued", "experiment_submitted", "experiment_killed",
 ];

@@ -10,6 +10,8 @@ from pydantic import AfterValidator, Field, field_validator
 
 from corral.domain import catalog
 from corral.domain.config.common import (
+    GP3_USD_PER_GB_MONTH,
+    HOURS_PER_MONTH,
     CommonProvider,
     FrozenModel,
     NonEmptyStr,
@@ -186,6 +188,11 @@ class AwsProvider(CommonProvider):
     @property
     def ownership(self) -> Ownership:
         return Ownership(self.tag_key, self.tag_value)
+
+    @property
+    def stopped_hourly_usd(self) -> float:
+        """What a stopped instance of the pool costs an hour: its root volume (gp3)."""
+        return self.root_volume_size * GP3_USD_PER_GB_MONTH / HOURS_PER_MONTH
 
     @property
     def is_spot(self) -> bool:

@@ -154,6 +154,19 @@ class ResourcePool(FrozenModel):
         return self.provider.consolidate
 
     @property
+    def warm_pool_size(self) -> int:
+        return self.provider.warm_pool.size
+
+    @property
+    def max_stopped_s(self) -> float:
+        return self.provider.warm_pool.max_stopped_period
+
+    @property
+    def stopped_hourly_usd(self) -> float:
+        """What one stopped instance of the pool costs an hour (its boot disk)."""
+        return self.provider.stopped_hourly_usd
+
+    @property
     def max_slots_per_instance(self) -> int:
         return max((o.slots for o in self.offerings()), default=0)
 

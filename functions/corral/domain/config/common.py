@@ -282,6 +282,32 @@ def _fallback_delay(value: object) -> float | None:
 FallbackDelay = Annotated[float | None, BeforeValidator(_fallback_delay)]
 
 
+# How long a warm pool keeps a stopped instance by default: over a weekend (a Friday
+# evening's last run, Monday morning's first), not for ever (its disks cost, its image ages).
+MAX_STOPPED_PERIOD_S = 72 * 3600.0
+# Disk prices for what a stopped instance costs (us-east-1 / us-central1, list prices as of
+# 2026-11): EBS gp3 and Compute Engine pd-balanced, per GB-month of 730 hours.
+GP3_USD_PER_GB_MONTH = 0.08
+PD_BALANCED_USD_PER_GB_MONTH = 0.10
+HOURS_PER_MONTH = 730.0
+
+
+class WarmPool(FrozenModel):
+    """Stopped instances a pool keeps to start again instead of launching new ones."""
+
+    size: int = Field(default=0, ge=0)
+    """How many idle agents are stopped (EC2 StopInstances, Compute Engine instances.stop) instead
+    of terminated, disks kept. A trial that needs a new instance starts one of them again (tens of
+    seconds: no provisioning, the agent and the trial images are on the disk) instead of launching
+    one (minutes). A stopped instance costs its disks only (about 0.02 USD an hour for a 200 GB
+    gp3 or pd-balanced disk) and does not count against `max_instances`. On AWS a spot pool with a
+    warm pool launches spot instances from persistent requests that stop on interruption (EC2
+    cannot stop one-time spot instances); Corral cancels the request before it terminates one.
+    On-demand fallback agents of a spot pool are never kept. `0`: idle agents are terminated."""
+    max_stopped_period: Duration = MAX_STOPPED_PERIOD_S
+    """A stopped instance not started again within this period is terminated."""
+
+
 class CommonProvider(FrozenModel):
     """Fields shared by the AWS and GCP provider blocks (Determined's names and defaults)."""
 
@@ -356,6 +382,8 @@ class CommonProvider(FrozenModel):
     (SIGTERM: checkpoint and exit) and resumes from that checkpoint; a trial that ignores SIGTERM
     loses the work since its last checkpoint. On-demand fallback agents are emptied first, also
     onto idle spot agents. See docs/architecture.md."""
+    warm_pool: WarmPool = WarmPool()
+    """Keep idle agents stopped instead of terminated, to start again in seconds (see below)."""
     # The pool's effective task_container_defaults (cluster block, then the pool's), set by
     # ClusterConfig: the adapters hand the agent bootstrap only the provider block.
     _task_defaults: TaskContainerDefaults = PrivateAttr(default_factory=TaskContainerDefaults)

@@ -9,6 +9,8 @@ from pydantic import AfterValidator, Field, field_validator
 
 from corral.domain import catalog
 from corral.domain.config.common import (
+    HOURS_PER_MONTH,
+    PD_BALANCED_USD_PER_GB_MONTH,
     CommonProvider,
     FrozenModel,
     OneOrMany,
@@ -263,6 +265,11 @@ class GcpProvider(CommonProvider):
     @property
     def ownership(self) -> Ownership:
         return Ownership(self.label_key, self.label_value)
+
+    @property
+    def stopped_hourly_usd(self) -> float:
+        """What a stopped instance of the pool costs an hour: its boot disk (pd-balanced)."""
+        return self.boot_disk_size * PD_BALANCED_USD_PER_GB_MONTH / HOURS_PER_MONTH
 
     @property
     def is_spot(self) -> bool:

@@ -28,6 +28,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "drained": report.drained,
         "undrained": report.undrained,
         "terminated": report.terminated,
+        "stopped": report.stopped,
     }
     logger.info("idle reap pass", extra=summary)
     return summary

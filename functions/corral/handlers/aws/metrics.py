@@ -73,6 +73,7 @@ def reap_figures(report: ReapReport) -> list[Figure]:
         Figure("AgentsDrained", len(report.drained)),
         Figure("AgentsUndrained", len(report.undrained)),
         Figure("Terminations", len(report.terminated)),
+        Figure("AgentsStopped", len(report.stopped)),
     ]
 
 
@@ -133,7 +134,6 @@ class LaunchErrorTap:
     def cancel_spot_requests(self, request_ids: Sequence[str]) -> None:
         self.cloud.cancel_spot_requests(request_ids)
 
-
     def stop(self, cloud_ids: Sequence[str]) -> frozenset[str]:
         return self.cloud.stop(cloud_ids)
 
@@ -143,6 +143,7 @@ class LaunchErrorTap:
         except LaunchError as error:
             self.errors[error.error_class] += 1
             raise
+
 
 class Stopwatch:
     """Milliseconds since it was made (a monotonic clock, injectable for tests)."""

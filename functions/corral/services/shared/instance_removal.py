@@ -3,8 +3,11 @@ an agent away (its trials requeued in the same commit) and terminating in the cl
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 
+from corral.domain.cost import instance_cost_usd
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.records import Event, EventKind
@@ -105,6 +108,31 @@ def terminate(ctx: Context, terminating: Instance, kind: EventKind) -> bool:
             mark_terminated(ctx, gone)
     except ConflictError:
         return False
+    return True
+
+
+def park(ctx: Context, empty: Instance, reason: str) -> bool:
+    """Stop ``empty`` (a DRAINING agent confirmed empty) into the warm pool: write STOPPING
+    with its compute spend closed (conditionally on the version it was read at), call the
+    cloud, then -> STOPPED once the cloud confirms. Unconfirmed, the record stays STOPPING
+    and the reconciler settles it from its next listing (stopped again while running,
+    STOPPED once stopped, TERMINATED once gone). False when the write lost a race."""
+    now = ctx.clock.now()
+    stopping = replace(
+        empty.transition(InstanceState.STOPPING, now, reason),
+        closed_usd=instance_cost_usd(empty, now),
+    )
+    state = close_instance_spend(ctx.store.pool_state(empty.pool), empty, now)
+    try:
+        record = ctx.store.commit([stopping, state])[0]
+    except ConflictError:
+        return False
+    assert isinstance(record, Instance)
+    log_instance_event(ctx, record, EventKind.INSTANCE_STOPPED, reason, now)
+    if record.cloud_id is not None and record.cloud_id in ctx.cloud.stop([record.cloud_id]):
+        stopped = record.transition(InstanceState.STOPPED, ctx.clock.now(), "the cloud stopped it")
+        with contextlib.suppress(ConflictError):
+            commit_one(ctx.store, stopped)
     return True
 
 

@@ -1,0 +1,119 @@
+"""Warm start: bring a stopped instance of the pool's warm pool back for waiting demand.
+
+The schedule pass took the record STOPPED -> QUEUED (a new attempt) for a planned launch;
+this runs on its launch message, like a launch and with the same rules: intent first
+(QUEUED -> REQUESTED is written before the cloud is called), a start call that is idempotent
+(starting a running instance confirms it), and errors acted on by class. What differs:
+a refusal for capacity sends the record back to the warm pool (it is still stopped and may
+start later) and wakes the scheduler, whose planner then launches elsewhere, since the
+offering is remembered as refused; any other refusal gives the instance up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from corral.domain.backoff import blocked_reason, on_launch_success
+from corral.domain.errors import ConflictError, LaunchError
+from corral.domain.instance import Instance, InstanceState
+from corral.domain.records import Event, EventKind, PoolState
+from corral.ports.commands import LaunchInstance, send
+from corral.ports.store import commit_one
+from corral.services.shared.instance_events import log_instance_event
+from corral.services.shared.instance_removal import terminate, wake_scheduler
+from corral.services.shared.launch_outcome import LaunchOutcome
+from corral.services.shared.service_context import Context
+
+# A start refused because the instance is still stopping is asked again this much later.
+STILL_STOPPING_RETRY_S = 15.0
+
+
+def start_warm(ctx: Context, record: Instance) -> LaunchOutcome:
+    """Start ``record``'s stopped instance (QUEUED or REQUESTED warm start)."""
+    if record.state is InstanceState.QUEUED:
+        requested = _request(ctx, record)
+        if not isinstance(requested, Instance):
+            return requested
+        record = requested
+    assert record.cloud_id is not None
+    try:
+        result = ctx.cloud.start(record.cloud_id, record.launch_token)
+    except LaunchError as error:
+        return _refused(ctx, record, error)
+    now = ctx.clock.now()
+    started = replace(
+        record.transition(InstanceState.ALLOCATED, now, f"started {record.cloud_id} again"),
+        launched_at=result.launched_at if result.launched_at is not None else now,
+    )
+    state = ctx.store.pool_state(record.pool)
+    fresh = on_launch_success(state)
+    try:
+        ctx.store.commit([started] if fresh is state else [started, fresh])
+    except ConflictError:
+        return LaunchOutcome.SKIPPED  # a duplicate delivery (or reconcile) recorded it
+    message = f"warm start of {record.cloud_id} ({record.offering.key})"
+    log_instance_event(ctx, started, EventKind.LAUNCH_REQUESTED, message, now)
+    return LaunchOutcome.LAUNCHED
+
+
+def _request(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
+    now = ctx.clock.now()
+    state = ctx.store.pool_state(record.pool)
+    if ctx.pool(record.pool) is None or blocked_reason(state, now) is not None:
+        return LaunchOutcome.WAITING  # the schedule pass redrives it once the pool unblocks
+    if not state.capacity.is_available(record.offering.key, now):
+        reason = f"{record.offering.key} was refused recently: it stays warm"
+        _back_to_pool(ctx, record, reason)
+        return LaunchOutcome.WAITING
+    requested = replace(
+        record.transition(InstanceState.REQUESTED, now, f"starting {record.cloud_id} again"),
+        requested_at=now,
+    )
+    try:
+        return commit_one(ctx.store, requested)
+    except ConflictError:
+        return LaunchOutcome.SKIPPED
+
+
+def _refused(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutcome:
+    now = ctx.clock.now()
+    cls = error.error_class
+    if cls.retries_same_attempt:
+        # Throttled, or still stopping: the same attempt again soon (the start is idempotent).
+        send(ctx.queue, [LaunchInstance.of(record)], delay_s=STILL_STOPPING_RETRY_S, dedupe=False)
+        return LaunchOutcome.RETRYING
+    if cls.marks_offering_unavailable:
+        pool = ctx.pool(record.pool)
+        state = ctx.store.pool_state(record.pool)
+        memory = state.capacity.marked_unavailable(
+            record.offering.key, now, pool.capacity_memory_s if pool else 180.0
+        )
+        reason = f"{error.code}: the cloud cannot start it now; it stays warm"
+        _back_to_pool(ctx, record, reason, replace(state, capacity=memory))
+        return LaunchOutcome.WAITING
+    reason = f"{error.code}: the cloud would not start it; given up"
+    giving_up = replace(
+        record.transition(InstanceState.TERMINATING, now, reason), last_error=str(error)
+    )
+    terminate(ctx, giving_up, EventKind.INSTANCE_TERMINATING)
+    wake_scheduler(ctx, f"warm start of {record.id} failed")
+    return LaunchOutcome.FAILED
+
+
+def _back_to_pool(
+    ctx: Context, record: Instance, reason: str, state: PoolState | None = None
+) -> None:
+    now = ctx.clock.now()
+    back = record.transition(InstanceState.STOPPED, now, reason)
+    try:
+        ctx.store.commit([back] if state is None else [back, state])
+    except ConflictError:
+        return  # it moved on (a duplicate delivery): that one decides
+    ctx.store.append_events(
+        [
+            Event(
+                now, EventKind.OFFERING_UNAVAILABLE, reason, pool=record.pool, instance_id=record.id
+            )
+        ]
+    )
+    wake_scheduler(ctx, f"warm start of {record.id} refused: plan elsewhere")
