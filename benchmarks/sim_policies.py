@@ -20,11 +20,13 @@ from corral.sim.runner import simulate
 from corral.sim.trace import TraceFormat, read_trace
 
 # Column -> (policy, on_demand_fallback, consolidate).
+# column -> (policy, on_demand_fallback, consolidate, warm pool)
 COLUMNS = {
-    "corral": ("corral", True, False),
-    "corral no-fb": ("corral", False, False),
-    "corral +c": ("corral", True, True),
-    "determined": ("determined", True, False),
+    "corral": ("corral", True, False, False),
+    "corral no-fb": ("corral", False, False, False),
+    "corral +w": ("corral", True, False, True),
+    "corral +cw": ("corral", True, True, True),
+    "determined": ("determined", True, False, False),
 }
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,9 +46,9 @@ def main() -> int:
     results: dict[str, SimMetrics] = {}
     seconds: dict[str, float] = {}
     boot_mean = 0.0
-    for column, (policy, fallback, consolidate) in COLUMNS.items():
+    for column, (policy, fallback, consolidate, warm) in COLUMNS.items():
         started = time.perf_counter()
-        cluster = variant(args.config, fallback=fallback, consolidate=consolidate)
+        cluster = variant(args.config, fallback=fallback, consolidate=consolidate, warm=warm)
         metrics, replay = simulate(cluster, trace, policy, args.seed)
         seconds[column] = time.perf_counter() - started
         results[column] = metrics
@@ -72,7 +74,7 @@ def main() -> int:
 
     d = results["determined"]
     checks: list[tuple[str, bool]] = []
-    for column in ("corral", "corral no-fb", "corral +c"):
+    for column in (c for c in COLUMNS if c != "determined"):
         c = results[column]
         checks += [
             (f"{column} cost_ratio <= 1.20", c.cost_ratio <= 1.20),

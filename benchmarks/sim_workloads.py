@@ -1,11 +1,11 @@
-"""Corral (fallback on, its default, and off; each also with ``consolidate``) against the
-Determined model on the shipped Alibaba trace and on synthetic Philly- and Helios-like
-workloads (steady and bursty arrivals, several seeds each), on two clusters, with the
-targets of issue 12 checked per run. Run by ``make bench`` (never by ``make test``);
-figures go to docs/benchmarks.md.
+"""Corral (fallback on, its default, and off; each also with a warm pool, and with a warm
+pool and ``consolidate``) against the Determined model on the shipped Alibaba trace and on
+synthetic Philly- and Helios-like workloads (steady and bursty arrivals, several seeds
+each), on two clusters, with the targets of issue 12 checked per run. Run by ``make
+bench`` (never by ``make test``); figures go to docs/benchmarks.md.
 
     .venv/bin/python benchmarks/sim_workloads.py [--config PATH ...] [--seeds 0,1,2]
-        [--jobs N] [--no-shipped] [--strict]
+        [--jobs N] [--no-shipped] [--strict] [--processes N]
 
 Targets (issue 12), for each Corral variant against the Determined model of the same run:
 cost <= 0.90 x, wait p95 and wait max no worse, lost GPU-hours at most half.
@@ -17,6 +17,7 @@ target is missed on any run.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import platform
 import time
 from dataclasses import dataclass
@@ -36,14 +37,17 @@ SHIPPED = REPO / "traces/alibaba-gpu-2023/openb_pod_list_default.csv"
 CONFIGS = (REPO / "examples/sim-cluster.yaml", REPO / "benchmarks/sim-one-type.yaml")
 MIXES = ("philly", "helios")
 ARRIVALS = ("steady", "bursty")
-# Corral's variants: (label, on_demand_fallback, consolidate). The first is the default config.
+# Corral's variants: (label, on_demand_fallback, consolidate, warm pool). The first is the
+# default config; +w adds a warm pool, +cw a warm pool and consolidation.
 VARIANTS = (
-    ("on", True, False),
-    ("off", False, False),
-    ("on+c", True, True),
-    ("off+c", False, True),
+    ("on", True, False, False),
+    ("off", False, False, False),
+    ("on+w", True, False, True),
+    ("off+w", False, False, True),
+    ("on+cw", True, True, True),
+    ("off+cw", False, True, True),
 )
-LABELS = tuple(label for label, _, _ in VARIANTS)
+LABELS = tuple(label for label, *_ in VARIANTS)
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,12 @@ def run(path: Path, name: str, trace: Trace, seed: int) -> Outcome:
     started = time.perf_counter()
     corral = {
         label: simulate(
-            variant(path, fallback=fallback, consolidate=consolidate), trace, "corral", seed
+            variant(path, fallback=fallback, consolidate=consolidate, warm=warm),
+            trace,
+            "corral",
+            seed,
         )[0]
-        for label, fallback, consolidate in VARIANTS
+        for label, fallback, consolidate, warm in VARIANTS
     }
     determined, _ = simulate(load_cluster_config(path).config, trace, "determined", seed)
     wall = time.perf_counter() - started
@@ -85,6 +92,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1500, help="jobs per synthetic workload")
     parser.add_argument("--no-shipped", action="store_true", help="skip the Alibaba trace")
     parser.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--processes", type=int, default=1, help="runs in parallel")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     configs = tuple(args.config or CONFIGS)
@@ -110,7 +118,12 @@ def main() -> int:
                 )
                 workloads.append((f"{mix}-{arrivals}", seed, trace))
 
-    outcomes = [run(c, name, trace, seed) for c in configs for name, seed, trace in workloads]
+    jobs = [(c, name, trace, seed) for c in configs for name, seed, trace in workloads]
+    if args.processes > 1:
+        with multiprocessing.get_context("fork").Pool(args.processes) as pool:
+            outcomes = pool.starmap(run, jobs)
+    else:
+        outcomes = [run(*job) for job in jobs]
     _figures(outcomes)
     _idle(outcomes)
     _targets(outcomes)
@@ -123,8 +136,9 @@ def main() -> int:
 def _figures(outcomes: list[Outcome]) -> None:
     names = " / ".join(LABELS)
     print(
-        f"\nFigures; `{names} / d`: Corral with fallback on (the default) and off, each without "
-        "and with `consolidate` (+c), then the Determined model."
+        f"\nFigures; `{names} / d`: Corral with fallback on (the default) and off, each "
+        "alone, with a warm pool (+w) and with a warm pool and `consolidate` (+cw), then the "
+        "Determined model. Cost includes the stopped instances' disks."
     )
     print(
         f"| config | workload | seed | cost {names} / d | x d ({names}) | wait p95 s {names} / d "
@@ -152,15 +166,16 @@ def _figures(outcomes: list[Outcome]) -> None:
 
 def _idle(outcomes: list[Outcome]) -> None:
     print("\nIdle GPU-hours by cause (boot / gang / reaping / fragmented), summed over seeds.")
-    print("| config | workload | corral on | corral on+c | determined |")
-    print("|---|---|---|---|---|")
+    print("| config | workload | corral on | corral on+w | corral on+cw | determined |")
+    print("|---|---|---|---|---|---|")
     groups: dict[tuple[str, str], list[Outcome]] = {}
     for o in outcomes:
         groups.setdefault((o.config, o.workload), []).append(o)
     for (config, workload), found in groups.items():
         cells = [
             _causes([o.corral["on"] for o in found]),
-            _causes([o.corral["on+c"] for o in found]),
+            _causes([o.corral["on+w"] for o in found]),
+            _causes([o.corral["on+cw"] for o in found]),
             _causes([o.determined for o in found]),
         ]
         print(f"| {config} | {workload} | " + " | ".join(cells) + " |")
@@ -191,7 +206,7 @@ def _targets(outcomes: list[Outcome]) -> None:
         per = [sum(o.checks(v)[i][1] for o in outcomes) for i in range(len(labels))]
         every = sum(all(ok for _, ok in o.checks(v)) for o in outcomes)
         row = ", ".join(f"{label} {n}" for label, n in zip(labels, per, strict=True))
-        print(f"  {v:6} {row}; all four {every} of {len(outcomes)}")
+        print(f"  {v:7} {row}; all four {every} of {len(outcomes)}")
 
 
 def _ok(passed: bool) -> str:

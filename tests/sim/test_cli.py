@@ -18,7 +18,7 @@ KEYS = [
     "idle_gpu_hours", "instances_launched", "spot_interruptions", "lost_gpu_hours",
     "restart_gpu_hours",
     "launch_failures", "on_demand_share", "idle_boot_gpu_hours", "idle_gang_gpu_hours",
-    "idle_reaping_gpu_hours", "idle_fragmented_gpu_hours",
+    "idle_reaping_gpu_hours", "idle_fragmented_gpu_hours", "stopped_disk_usd",
 ]  # fmt: skip
 
 

@@ -69,7 +69,7 @@ class Replay:
     outages: list[Outage]  # capacity outages injected (seconds from the start)
     startup_draws: list[float]  # agent start-up times drawn, in launch order
     on_demand: frozenset[str] = frozenset()  # cloud ids launched on-demand
-    agent_logs: dict[str, AgentLog] = field(default_factory=dict)  # by cloud id
+    agent_logs: dict[str, list[AgentLog]] = field(default_factory=dict)  # by cloud id
 
 
 @dataclass
@@ -91,7 +91,7 @@ class Engine:
     _startup_draws: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        cloud_config = self.sim.cloud_config(self.seed)
+        cloud_config = self.sim.cloud_config(self.seed, self.policy.stopped_usd_per_hour)
         self.cloud = SimulatedCloud(self.clock, cloud_config)
         self.cloud.on_interruption_notice(self._notices.append)
         self.store = InMemoryStore()
@@ -241,10 +241,12 @@ class Engine:
         if record is None or record.cloud_id is None:
             return
         offering = record.offering
+        # A cloud id seen before is a stopped instance started again: the warm start model.
+        warm = record.cloud_id in self._launched_offerings
         self._launched_offerings[record.cloud_id] = (offering.slots, offering.hourly_price)
         if not offering.is_spot:
             self._on_demand.add(record.cloud_id)
-        boot = self.sim.boot
+        boot = self.sim.warm_start if warm else self.sim.boot
         startup = boot.mean - boot.pending + self._startup_rng.uniform(-boot.jitter, boot.jitter)
         self._startup_draws.append(startup)
         at = (record.launched_at or self.clock.now()) + boot.pending + max(startup, 0.0)
@@ -313,7 +315,20 @@ class Engine:
             and (d := self.policy.reap_deadline(pool, i)) is not None
             and d >= self._last_reap
         ] + movable
+        deadlines += self._stopped_deadlines()
         return self._grid_after(max(min(deadlines), now)) if deadlines else None
+
+    def _stopped_deadlines(self) -> list[float]:
+        """When stopped instances of the warm pools pass max_stopped_period (the reaper
+        terminates them)."""
+        out = []
+        for record in self.store.instances(states={InstanceState.STOPPED}):
+            pool = self.policy.pools.get(record.pool)
+            if pool is not None and record.stopped_at is not None:
+                due = record.stopped_at + pool.max_stopped_s
+                if due >= self._last_reap:
+                    out.append(due)
+        return out
 
     def _next_ticks(self, now: float) -> list[float | None]:
         schedule = self._grid_after(now) if self._schedule_wanted() else None
@@ -346,7 +361,7 @@ class Engine:
             self._freed = False
             report = run_idle_reap(self.ctx)
             self._last_reap = now
-            for record_id in report.terminated:
+            for record_id in [*report.terminated, *report.stopped]:
                 self.workers.kill(self.workers.by_record.get(record_id, ""), now)
             for record_id in report.consolidated:
                 # Its next heartbeat (within 30 s on a real agent) says stop: the trials

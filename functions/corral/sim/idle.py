@@ -62,18 +62,26 @@ class Paid:
 
 
 def paid_instances(replay: Replay) -> list[Paid]:
-    """Every instance the run paid for, with its billed interval."""
+    """Every billed run the replay paid for (one per launch, and one per start of a stopped
+    instance), with its billed interval and its compute cost (disks of stopped instances are
+    in the run's cost, not here: no GPU is paid for while stopped)."""
     found = []
     for ci in replay.cloud.all_instances():
         offering = replay.offerings.get(ci.cloud_id)
-        usd = replay.cloud.billed_usd(ci.cloud_id, replay.end)
-        if offering is None or offering[1] <= 0 or usd <= 0:
+        if offering is None or offering[1] <= 0:
             continue
         slots, price = offering
-        start = ci.launched_at + replay.pending_s
-        end = start + usd / price * HOUR_S
-        found.append(Paid(ci.cloud_id, start, end, slots, usd, ci.cloud_id in replay.on_demand))
+        for start, end in replay.cloud.billed_runs(ci.cloud_id, replay.end):
+            usd = (end - start) * price / HOUR_S
+            on_demand = ci.cloud_id in replay.on_demand
+            found.append(Paid(ci.cloud_id, start, end, slots, usd, on_demand))
     return found
+
+
+def _life(paid: Paid, lives: list[AgentLog]) -> AgentLog | None:
+    """The agent log of the life this billed run carried: registered before it ended and
+    after it began (its boot started before ``paid.start``, its registration after)."""
+    return next((log for log in lives if paid.start <= log.registered_at <= paid.end), None)
 
 
 def instance_idle(paid: Paid, log: AgentLog | None) -> IdleBreakdown:
@@ -99,7 +107,7 @@ def instance_idle(paid: Paid, log: AgentLog | None) -> IdleBreakdown:
 def idle_breakdown(replay: Replay) -> IdleBreakdown:
     total = IdleBreakdown()
     for paid in paid_instances(replay):
-        total = total + instance_idle(paid, replay.agent_logs.get(paid.cloud_id))
+        total = total + instance_idle(paid, _life(paid, replay.agent_logs.get(paid.cloud_id, [])))
     return total
 
 

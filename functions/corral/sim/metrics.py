@@ -55,6 +55,8 @@ class SimMetrics:
     idle_gang_gpu_hours: float
     idle_reaping_gpu_hours: float
     idle_fragmented_gpu_hours: float
+    # What stopped instances' disks cost (a warm pool); part of cost_usd.
+    stopped_disk_usd: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -117,4 +119,7 @@ def measure(replay: Replay, offerings: Iterable[Offering]) -> SimMetrics:
         idle_gang_gpu_hours=round(idle.gang_gpu_h, 2),
         idle_reaping_gpu_hours=round(idle.reaping_gpu_h, 2),
         idle_fragmented_gpu_hours=round(idle.fragmented_gpu_h, 2),
+        stopped_disk_usd=round(
+            sum(replay.cloud.stopped_usd(c, replay.end) for c in replay.offerings), 2
+        ),
     )

@@ -84,9 +84,19 @@ class CapacityModel(FrozenModel):
         return self.spot if offering.is_spot else self.on_demand
 
 
+# Starting a stopped instance to its agent's registration: EC2 StartInstances took 21 s to
+# SSH on an m7i.large (1.8 s API, 16.4 s pending -> running, 3 s boot; brevdev/ec2-coldboot-
+# research, 2026), against 26 s for a fresh launch of the same instance; a GPU instance adds
+# the NVIDIA driver's initialisation and the agent's start (no image pull: the disk kept
+# it). Compute Engine publishes no figure; the same model is used for it.
+WARM_START = BootModel(mean=45.0, jitter=15.0, pending=15.0)
+
+
 class SimulationConfig(FrozenModel):
     seed: int = 0
     boot: BootModel = BootModel()
+    # A warm pool's start of a stopped instance (see WARM_START).
+    warm_start: BootModel = WARM_START
     spot: SpotModel = SpotModel()
     capacity: CapacityModel = CapacityModel()
     checkpoint_interval: PositiveDuration = 1800.0
@@ -98,13 +108,19 @@ class SimulationConfig(FrozenModel):
     # default: the pool's type with the most GPUs, so every trial fits on one agent.
     determined_instance_type: str | None = None
 
-    def cloud_config(self, seed: int | None = None) -> SimulatedCloudConfig:
-        """The simulated cloud's knobs (capacity outages are injected by the engine)."""
+    def cloud_config(
+        self, seed: int | None = None, stopped_usd_per_hour: Mapping[str, float] | None = None
+    ) -> SimulatedCloudConfig:
+        """The simulated cloud's knobs (capacity outages are injected by the engine);
+        ``stopped_usd_per_hour``: a stopped instance's disks, by pool."""
         return SimulatedCloudConfig(
             seed=self.seed if seed is None else seed,
             # The cloud models the unbilled pending phase; the engine adds agent start-up.
             boot_s_mean=self.boot.pending,
             boot_s_jitter=0.0,
+            start_s_mean=self.warm_start.pending,
+            start_s_jitter=0.0,
+            stopped_usd_per_hour=dict(stopped_usd_per_hour or {}),
             spot_hazard_per_hour=self.spot.interruptions_per_hour,
             notice_s=self.spot.notice,
         )

@@ -53,6 +53,8 @@ class SimPolicy:
     # Every offering the config allows (the oracle's prices, the capacity outages): the
     # same for every policy, whatever subset it launches.
     offerings: tuple[Offering, ...]
+    # What a stopped instance costs an hour (its disks), by pool.
+    stopped_usd_per_hour: dict[str, float] = field(default_factory=dict)
 
     def reap_deadline(self, pool: PoolPolicy, instance: Instance) -> float | None:
         """When an IDLE agent first becomes a candidate for the reaper (None: never)."""
@@ -84,12 +86,17 @@ def snapshot(pool: PoolPolicy) -> StaticPool:
         reap_fallback_early=pool.reap_fallback_early,
         fallback_after_s=pool.on_demand_fallback_after_s,
         consolidate=pool.consolidate,
+        warm_pool_size=pool.warm_pool_size,
+        max_stopped_s=pool.max_stopped_s,
     )
 
 
-def _shared(cluster: ClusterConfig) -> tuple[str, tuple[Offering, ...]]:
+def _shared(cluster: ClusterConfig) -> tuple[str, tuple[Offering, ...], dict[str, float]]:
+    """What every policy shares: the default pool, every offering, the disks' prices (the
+    same cloud for all; only a warm pool ever pays for a stopped instance's disks)."""
     offerings = tuple(o for p in cluster.resource_pools for o in p.offerings())
-    return cluster.default_pool_name, offerings
+    disks = {p.name: p.stopped_hourly_usd for p in cluster.resource_pools}
+    return cluster.default_pool_name, offerings, disks
 
 
 def determined_policy(cluster: ClusterConfig, sim: SimulationConfig, seed: int) -> SimPolicy:

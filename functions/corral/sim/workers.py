@@ -109,7 +109,8 @@ class Workers:
     by_record: dict[str, str] = field(default_factory=dict)  # record id -> cloud id
     jobs: dict[str, JobRun] = field(default_factory=dict)  # by trial id
     completions: list[tuple[float, int, str, int]] = field(default_factory=list)
-    logs: dict[str, AgentLog] = field(default_factory=dict)  # by cloud id, kept after death
+    # One log per life of an instance (a warm pool starts a stopped one again), by cloud id.
+    logs: dict[str, list[AgentLog]] = field(default_factory=dict)
     # (time, seq, trial id, run token): when a run may first be moved by consolidation (it
     # has a checkpoint and has run MIN_RUN_S), so the engine runs the reaper then.
     movable: list[tuple[float, int, str, int]] = field(default_factory=list)
@@ -137,7 +138,7 @@ class Workers:
         self.by_record[agent.agent_id] = cloud_id
         planned = record.planned_for if record is not None else ()
         gang = any(t in self.jobs and self.jobs[t].job.gpus > gpus for t, _ in planned)
-        self.logs[cloud_id] = AgentLog(gpus, self.ctx.clock.now(), gang)
+        self.logs.setdefault(cloud_id, []).append(AgentLog(gpus, self.ctx.clock.now(), gang))
 
     def heartbeat(self, agent: SimAgent, *, notice: bool = False, checkpoint: bool = True) -> None:
         """One heartbeat: report what runs, start what the reply assigns, stop what it
@@ -238,9 +239,14 @@ class Workers:
         job.agents = (*job.agents, agent.cloud_id)
         gpus = self._gpus_on(trial_id, agent, job)
         job.held[agent.cloud_id] = gpus
-        log = self.logs.get(agent.cloud_id)
+        log = self._log(agent.cloud_id)
         if log is not None:
             log.changes.append((now, gpus))
+
+    def _log(self, cloud_id: str) -> AgentLog | None:
+        """The log of the instance's current life."""
+        lives = self.logs.get(cloud_id)
+        return lives[-1] if lives else None
 
     def _gpus_on(self, trial_id: str, agent: SimAgent, job: JobRun) -> int:
         """GPUs of the trial's placement on this agent (all of them on a single agent)."""
@@ -253,7 +259,7 @@ class Workers:
 
     def _release(self, job: JobRun, now: float) -> None:
         for cloud_id, gpus in job.held.items():
-            log = self.logs.get(cloud_id)
+            log = self._log(cloud_id)
             if log is not None:
                 log.changes.append((now, -gpus))
         job.held = {}
