@@ -121,15 +121,7 @@ def _apply(ctx: Context, decision: rd.Decision) -> None:
             ctx.store.commit([decision.apply(now)])
         case rd.StopCloud():
             ctx.cloud.stop([decision.cloud_id])
-            reason = f"{decision.cloud_id}: {decision.reason}"
-            event = Event(
-                now,
-                EventKind.INSTANCE_STOPPED,
-                reason,
-                pool=decision.pool,
-                instance_id=decision.record_id,
-            )
-            ctx.store.append_events([event])
+            _cloud_event(ctx, EventKind.INSTANCE_STOPPED, decision, decision.cloud_id)
         case rd.Recover():
             ctx.store.commit([decision.apply(now)])
             _event(ctx, EventKind.AGENT_REGISTERED, decision)
@@ -140,25 +132,31 @@ def _apply(ctx: Context, decision: rd.Decision) -> None:
             # An orphan has no live record; otherwise this repeats a termination we own.
             orphan = record is None or not record.is_live
             kind = EventKind.ORPHAN_TERMINATED if orphan else EventKind.INSTANCE_TERMINATING
-            reason = f"{decision.cloud_id}: {decision.reason}"
-            ctx.store.append_events(
-                [Event(now, kind, reason, pool=decision.pool, instance_id=decision.record_id)]
-            )
+            _cloud_event(ctx, kind, decision, decision.cloud_id)
         case rd.CancelSpotRequest():
             ctx.cloud.cancel_spot_requests([decision.request_id])
             if decision.mark_unavailable:
                 ctx.store.commit([_mark(ctx, decision.pool, decision.mark_unavailable, now)])
-            reason = f"{decision.request_id}: {decision.reason}"
-            event = Event(
-                now,
-                EventKind.SPOT_REQUEST_CANCELLED,
-                reason,
-                pool=decision.pool,
-                instance_id=decision.record_id,
-            )
-            ctx.store.append_events([event])
+            _cloud_event(ctx, EventKind.SPOT_REQUEST_CANCELLED, decision, decision.request_id)
         case _:
             assert_never(decision)
+
+
+def _cloud_event(
+    ctx: Context,
+    kind: EventKind,
+    decision: rd.StopCloud | rd.TerminateCloud | rd.CancelSpotRequest,
+    subject: str,
+) -> None:
+    """Log a cloud decision: what it acted on (an instance or a spot request), and why."""
+    event = Event(
+        ctx.clock.now(),
+        kind,
+        f"{subject}: {decision.reason}",
+        pool=decision.pool,
+        instance_id=decision.record_id,
+    )
+    ctx.store.append_events([event])
 
 
 def _mark(ctx: Context, pool_name: str, offering_key: str, now: float) -> PoolState:
