@@ -10,7 +10,9 @@ from dataclasses import replace
 import pytest
 
 from corral.adapters.memory import SimulatedCloud, SimulatedCloudConfig
+from corral.domain import reconcile_decisions as rd
 from corral.domain.cost import instance_cost_usd
+from corral.domain.errors import LaunchError, LaunchErrorClass
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.offerings import CapacityType, Offering
 from corral.domain.records import EventKind
@@ -19,6 +21,7 @@ from corral.ports.cloud import CloudState, LaunchRequest, LaunchResult
 from corral.ports.queue import QueueName
 from corral.services.idle_reap import run_idle_reap
 from corral.services.kill import kill_experiment
+from corral.services.reconcile import _apply as apply_decision
 from corral.services.reconcile import run_reconcile
 from corral.services.scale_up import LaunchOutcome, launch_instance
 from corral.services.schedule_pass import run_schedule_pass
@@ -476,3 +479,90 @@ def test_a_warm_start_that_never_takes_is_given_up_and_its_demand_launched_fresh
     cluster.pump()
     fresh = [r for r in cluster.instances() if r.id != parked.id]
     assert len(fresh) == 1 and fresh[0].state is IS.ALLOCATED
+
+
+# ---- review mends ---------------------------------------------------------------------------
+
+
+class RefusingCloud(RecordingCloud):
+    """The simulated cloud, but every start is refused with ``error``."""
+
+    def __init__(self, cloud: SimulatedCloud, error: LaunchError) -> None:
+        super().__init__(cloud)
+        self.error = error
+
+    def start(self, cloud_id: str, token: str) -> LaunchResult:
+        self.starts.append(cloud_id)
+        raise self.error
+
+
+def test_an_unknown_start_error_keeps_the_instance_until_its_retries_run_out() -> None:
+    # A transient cloud error (an InternalError, a timeout) must not destroy a good disk:
+    # the instance stays warm and is tried again, launch_error_retries times, then given up
+    # and the demand launched fresh.
+    cluster = cluster_with()
+    parked = park_one(cluster)
+    refusing = RefusingCloud(cluster.cloud, LaunchError(LaunchErrorClass.UNKNOWN, "InternalError"))
+    cluster.ctx = replace(cluster.ctx, cloud=refusing)  # type: ignore[arg-type]
+    trial_id = submit_second(cluster)
+    cluster.pump()
+
+    (pool,) = cluster.ctx.pools.values()
+    assert refusing.starts == [parked.cloud_id] * (pool.launch_error_retries + 1)
+    assert len(events(cluster, EventKind.LAUNCH_FAILED, parked.id)) == pool.launch_error_retries
+    assert record_of(cluster, parked.id).state is IS.TERMINATED
+    fresh = [r for r in cluster.instances() if r.id != parked.id]
+    assert len(fresh) == 1 and fresh[0].planned_for == ((trial_id, 1),)
+
+
+def test_a_quota_refusal_of_a_start_backs_the_pool_off_and_keeps_the_instance() -> None:
+    cluster = cluster_with()
+    parked = park_one(cluster)
+    refusing = RefusingCloud(
+        cluster.cloud, LaunchError(LaunchErrorClass.QUOTA, "VcpuLimitExceeded")
+    )
+    cluster.ctx = replace(cluster.ctx, cloud=refusing)  # type: ignore[arg-type]
+    submit_second(cluster)
+    cluster.pump()
+
+    kept = record_of(cluster, parked.id)
+    assert kept.state is IS.STOPPED and kept.launch_failures == 0
+    assert cluster.cloud.get(parked.cloud_id or "").state is CloudState.STOPPED  # type: ignore[union-attr]
+    assert cluster.store.pool_state("gpu").backoff_until > cluster.clock.now()
+    assert events(cluster, EventKind.POOL_BACKOFF, parked.id)
+    assert refusing.starts == [parked.cloud_id]  # backed off: no launch, no start
+
+
+def test_an_agent_registers_on_a_warm_start_whose_answer_was_lost() -> None:
+    # Scale-up started the instance and died before writing ALLOCATED: the agent booting on
+    # it registers all the same (told to shut down, it would have ended the instance).
+    cluster = cluster_with()
+    parked = park_one(cluster)
+    submit_second(cluster)
+    run_schedule_pass(cluster.ctx)
+    queued = record_of(cluster, parked.id)
+    assert queued.state is IS.QUEUED and queued.is_warm_start
+    now = cluster.clock.now()
+    requested = replace(queued.transition(IS.REQUESTED, now, "starting"), requested_at=now)
+    cluster.store.commit([requested])
+    cluster.cloud.start(parked.cloud_id or "", requested.launch_token)  # ... and died here
+    for message in cluster.queue.receive(QueueName.SCALE_UP, 100, 600.0):  # its message
+        cluster.queue.delete(QueueName.SCALE_UP, message.receipt)
+
+    agent_restarts(cluster, parked.cloud_id or "")
+    cluster.run(60)
+    registered = record_of(cluster, parked.id)
+    assert registered.state in (IS.IDLE, IS.BUSY)
+    assert registered.launched_at == now and registered.registered_at is not None
+
+
+def test_a_stop_decided_before_a_warm_start_took_the_record_is_not_carried_out() -> None:
+    cluster = cluster_with()
+    parked = park_one(cluster)
+    cluster.cloud.start(parked.cloud_id or "", "behind-our-back")  # listed running: StopCloud
+    stale = rd.StopCloud(parked.cloud_id or "", "gpu", parked.id, "running behind our back")
+    submit_second(cluster)
+    run_schedule_pass(cluster.ctx)  # the warm start takes the record (QUEUED) meanwhile
+    apply_decision(cluster.ctx, stale)
+    up = (CloudState.PENDING, CloudState.RUNNING)
+    assert cluster.cloud.get(parked.cloud_id or "").state in up  # type: ignore[union-attr]

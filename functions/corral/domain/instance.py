@@ -127,6 +127,9 @@ class Instance:
     # per redrive period: the scale-up queue does not dedupe).
     redriven_at: float | None = None
     stopped_at: float | None = None  # when it last entered the warm pool (STOPPING)
+    # Launched to be stoppable (its pool had a warm pool): only such an instance is stopped
+    # into it (EC2 cannot stop one of a one-time spot request).
+    stoppable: bool = False
     # Compute spend of its runs before the last stop (a warm pool's instance runs again).
     closed_usd: float = 0.0
     # Its latest run ended in the warm pool and its spend was closed then; set on STOPPING,
@@ -221,6 +224,11 @@ class Instance:
             changes["run_closed"] = True
         elif target is IS.ALLOCATED:
             changes["run_closed"] = False  # a run begins (a launch, or a warm start's)
+        elif self.state is IS.STOPPING and target is IS.TERMINATING:
+            # The stop never took: the instance ran on after its spend was closed at the
+            # stop; bill that stretch as a run of its own.
+            changes["run_closed"] = False
+            changes["launched_at"] = self.stopped_at
         return replace(
             self,
             state=target,
@@ -249,7 +257,6 @@ class Instance:
         return replace(
             started,
             attempt=self.attempt + 1,
-            launch_failures=0,
             planned_for=planned_for,
             requested_at=None,
             launched_at=None,

@@ -241,10 +241,12 @@ def plan_reaping(
 
 
 def may_park(pool: PoolPolicy, instance: Instance) -> bool:
-    """Whether an empty agent may go to the warm pool (given room): not one the cloud is
-    taking (an interruption notice), not on-demand fallback capacity of a spot pool."""
+    """Whether an empty agent may go to the warm pool (given room): launched stoppable (an
+    instance from before the pool had a warm pool may not be), not one the cloud is taking
+    (an interruption notice), not on-demand fallback capacity of a spot pool."""
     return (
         pool.warm_pool_size > 0
+        and instance.stoppable
         and instance.cloud_id is not None
         and instance.interruption_notice_at is None
         and not is_fallback(pool, instance.offering)

@@ -50,6 +50,15 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
 
     def step() -> RegisterResponse:
         record = _record_for(ctx, request)  # adopting a record may lose a race too
+        if record.state is InstanceState.REQUESTED and record.is_warm_start:
+            # The start went through but its answer was not recorded (scale-up died or lost
+            # its write): the agent booting on that very instance is the proof.
+            record = replace(
+                record.transition(
+                    InstanceState.ALLOCATED, now, "started again (seen at registration)"
+                ),
+                launched_at=record.requested_at or now,
+            )
         if record.state in (InstanceState.IDLE, InstanceState.BUSY):
             updated = replace(record, address=request.private_ip or record.address)
         elif record.state in (InstanceState.ALLOCATED, InstanceState.LOST):

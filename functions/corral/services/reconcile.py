@@ -120,6 +120,11 @@ def _apply(ctx: Context, decision: rd.Decision) -> None:
         case rd.MarkStopped():
             ctx.store.commit([decision.apply(now)])
         case rd.StopCloud():
+            # Re-read: a warm start may have taken the record since the listing (stopping
+            # its instance now would strand the demand it was started for).
+            current = ctx.store.get_instance(decision.record_id or "")
+            if current is None or not current.is_parked:
+                return
             ctx.cloud.stop([decision.cloud_id])
             _cloud_event(ctx, EventKind.INSTANCE_STOPPED, decision, decision.cloud_id)
         case rd.Recover():

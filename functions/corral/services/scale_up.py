@@ -26,7 +26,7 @@ from corral.domain.records import Event, EventKind
 from corral.ports.cloud import LaunchRequest
 from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import commit_one
-from corral.services.shared.launch_outcome import LaunchOutcome
+from corral.services.shared.launch_outcome import LaunchOutcome, launch_error_event
 from corral.services.shared.service_context import Context
 from corral.services.warm_start import start_warm
 
@@ -66,6 +66,7 @@ def _start_attempt(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
         record.transition(InstanceState.REQUESTED, now, f"launching {offering.key}"),
         offering=offering,
         requested_at=now,
+        stoppable=pool.warm_pool_size > 0,
     )
     try:
         return commit_one(ctx.store, requested)
@@ -97,10 +98,8 @@ def _available_offering(ctx: Context, record: Instance, now: float) -> Offering 
 
 
 def _call_cloud(ctx: Context, record: Instance) -> LaunchOutcome:
-    pool = ctx.pool(record.pool)
-    stoppable = pool is not None and pool.warm_pool_size > 0
     request = LaunchRequest(
-        record.id, record.pool, record.offering, record.launch_token, stoppable=stoppable
+        record.id, record.pool, record.offering, record.launch_token, stoppable=record.stoppable
     )
     try:
         result = ctx.cloud.launch(request)
@@ -181,13 +180,7 @@ def _on_error(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutco
         ctx.store.commit([updated, new_state] if new_state is not state else [updated])
     except ConflictError:
         return LaunchOutcome.SKIPPED
-    kind = (
-        EventKind.OFFERING_UNAVAILABLE
-        if error.error_class.marks_offering_unavailable
-        else EventKind.POOL_BACKOFF
-        if error.error_class.backs_off_pool
-        else EventKind.LAUNCH_FAILED
-    )
+    kind = launch_error_event(error.error_class)
     ctx.store.append_events(
         [
             Event(

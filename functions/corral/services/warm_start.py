@@ -6,14 +6,21 @@ this runs on its launch message, like a launch and with the same rules: intent f
 (starting a running instance confirms it), and errors acted on by class. What differs:
 a refusal for capacity sends the record back to the warm pool (it is still stopped and may
 start later) and wakes the scheduler, whose planner then launches elsewhere, since the
-offering is remembered as refused; any other refusal gives the instance up.
+offering is remembered as refused; quota and permission refusals back the pool off and an
+unknown error counts against launch_error_retries, the instance staying in the warm pool;
+only a start that cannot work (not ours, gone) or retries used up give the instance up.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from corral.domain.backoff import blocked_reason, on_launch_success
+from corral.domain.backoff import (
+    LaunchVerdict,
+    blocked_reason,
+    on_launch_error,
+    on_launch_success,
+)
 from corral.domain.errors import ConflictError, LaunchError
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.records import Event, EventKind, PoolState
@@ -21,7 +28,7 @@ from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import commit_one
 from corral.services.shared.instance_events import log_instance_event
 from corral.services.shared.instance_removal import terminate, wake_scheduler
-from corral.services.shared.launch_outcome import LaunchOutcome
+from corral.services.shared.launch_outcome import LaunchOutcome, launch_error_event
 from corral.services.shared.service_context import Context
 
 # A start refused because the instance is still stopping is asked again this much later.
@@ -44,6 +51,7 @@ def start_warm(ctx: Context, record: Instance) -> LaunchOutcome:
     started = replace(
         record.transition(InstanceState.ALLOCATED, now, f"started {record.cloud_id} again"),
         launched_at=result.launched_at if result.launched_at is not None else now,
+        launch_failures=0,
     )
     state = ctx.store.pool_state(record.pool)
     fresh = on_launch_success(state)
@@ -76,24 +84,48 @@ def _request(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
 
 
 def _refused(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutcome:
+    """Act on a refused start by class, as a launch does, except that the instance stays in
+    the warm pool unless it cannot be started at all (an invalid config here means it is
+    not ours any more, gone, or not startable) or its retries for unknown errors ran out."""
     now = ctx.clock.now()
     cls = error.error_class
     if cls.retries_same_attempt:
         # Throttled, or still stopping: the same attempt again soon (the start is idempotent).
         send(ctx.queue, [LaunchInstance.of(record)], delay_s=STILL_STOPPING_RETRY_S, dedupe=False)
         return LaunchOutcome.RETRYING
-    if cls.marks_offering_unavailable:
-        pool = ctx.pool(record.pool)
-        state = ctx.store.pool_state(record.pool)
-        memory = state.capacity.marked_unavailable(
-            record.offering.key, now, pool.capacity_memory_s if pool else 180.0
-        )
-        reason = f"{error.code}: the cloud cannot start it now; it stays warm"
-        _back_to_pool(ctx, record, reason, replace(state, capacity=memory))
-        return LaunchOutcome.WAITING
+    pool = ctx.pool(record.pool)
+    if cls.fails_record or pool is None:
+        return _give_up(ctx, record, error)
+    state = ctx.store.pool_state(record.pool)
+    # Capacity and price: the offering is remembered as refused; quota and permission: the
+    # pool backs off; unknown: counted against launch_error_retries.
+    new_state, action = on_launch_error(
+        state,
+        cls,
+        error.code,
+        now,
+        pool,
+        ctx.rng,
+        offering=record.offering,
+        failures=record.launch_failures,
+    )
+    if action.verdict is LaunchVerdict.FAIL_RECORD:
+        return _give_up(ctx, record, error)
+    failed = replace(
+        record,
+        launch_failures=record.launch_failures + int(action.counts_against_attempts),
+        last_error=str(error),
+    )
+    reason = f"{action.reason}: the instance stays in the warm pool"
+    _back_to_pool(ctx, failed, reason, new_state, launch_error_event(cls))
+    return LaunchOutcome.WAITING
+
+
+def _give_up(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutcome:
     reason = f"{error.code}: the cloud would not start it; given up"
     giving_up = replace(
-        record.transition(InstanceState.TERMINATING, now, reason), last_error=str(error)
+        record.transition(InstanceState.TERMINATING, ctx.clock.now(), reason),
+        last_error=str(error),
     )
     terminate(ctx, giving_up, EventKind.INSTANCE_TERMINATING)
     wake_scheduler(ctx, f"warm start of {record.id} failed")
@@ -101,7 +133,11 @@ def _refused(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutcom
 
 
 def _back_to_pool(
-    ctx: Context, record: Instance, reason: str, state: PoolState | None = None
+    ctx: Context,
+    record: Instance,
+    reason: str,
+    state: PoolState | None = None,
+    kind: EventKind = EventKind.OFFERING_UNAVAILABLE,
 ) -> None:
     now = ctx.clock.now()
     back = record.transition(InstanceState.STOPPED, now, reason)
@@ -109,11 +145,5 @@ def _back_to_pool(
         ctx.store.commit([back] if state is None else [back, state])
     except ConflictError:
         return  # it moved on (a duplicate delivery): that one decides
-    ctx.store.append_events(
-        [
-            Event(
-                now, EventKind.OFFERING_UNAVAILABLE, reason, pool=record.pool, instance_id=record.id
-            )
-        ]
-    )
+    ctx.store.append_events([Event(now, kind, reason, pool=record.pool, instance_id=record.id)])
     wake_scheduler(ctx, f"warm start of {record.id} refused: plan elsewhere")

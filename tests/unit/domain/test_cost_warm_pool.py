@@ -104,3 +104,16 @@ def test_hourly_burn_leaves_parked_records_out() -> None:
     records = [running, parked(IS.STOPPING), parked(IS.STOPPED)]
     assert hourly_burn_usd(records) == pytest.approx(PRICE)
     assert hourly_burn_usd([parked(IS.STOPPED)]) == 0.0
+
+
+def test_a_stop_that_never_took_bills_what_ran_after_it() -> None:
+    # The spend was closed at the stop; the instance ran on until the reconciler gave the
+    # stop up and terminated it: that stretch is a run of its own, not lost from the books.
+    stopping = parked(IS.STOPPING)
+    assert stopping.stopped_at is not None
+    given_up = stopping.transition(IS.TERMINATING, stopping.stopped_at + 700, "never stopped")
+    gone = given_up.transition(IS.TERMINATED, stopping.stopped_at + 710, "gone")
+    assert billed_interval(gone, MAY_10 + 99_999) == (
+        stopping.stopped_at,
+        stopping.stopped_at + 710,
+    )

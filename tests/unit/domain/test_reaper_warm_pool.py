@@ -24,6 +24,7 @@ SPOT_POOL = make_pool(
 
 
 def idle(name: str, idle_for: float, **kw: object) -> Instance:
+    kw.setdefault("stoppable", True)  # launched while the pool had a warm pool
     return make_instance(IS.IDLE, id=name, idle_since=NOW - idle_for, **kw)  # type: ignore[arg-type]
 
 
@@ -32,6 +33,7 @@ def stopped(name: str, stopped_for: float) -> Instance:
 
 
 def empty_drained(name: str, **kw: object) -> tuple[Instance, dict[str, Heartbeat]]:
+    kw.setdefault("stoppable", True)  # launched while the pool had a warm pool
     inst = make_instance(IS.DRAINING, id=name, **kw)  # type: ignore[arg-type]
     return inst, {name: make_heartbeat(name, NOW)}
 
@@ -73,7 +75,7 @@ def test_a_stopping_record_counts_against_the_room_too() -> None:
 
 def test_room_is_handed_out_once_per_place() -> None:
     pool = make_pool(max_idle_s=300.0, warm_pool_size=2)
-    agents = [make_instance(IS.DRAINING, id=n) for n in ("a", "b", "c")]
+    agents = [make_instance(IS.DRAINING, id=n, stoppable=True) for n in ("a", "b", "c")]
     beats = {n: make_heartbeat(n, NOW) for n in ("a", "b", "c")}
     plan = plan_reaping(pool, [stopped("s", 60), *agents], NOW, heartbeats=beats)
     found = sorted(targets(plan).values())
@@ -207,3 +209,15 @@ def test_a_fresh_drain_for_an_interruption_notice_is_not_stopped() -> None:
     plan = plan_reaping(WARM, [agent], NOW, heartbeats=beats, fresh_after=NOW - 15)
     assert plan.terminate_after_drain == frozenset({"n"})
     assert plan.park_after_drain == frozenset()
+
+
+def test_an_instance_launched_before_the_warm_pool_is_terminated_not_stopped() -> None:
+    # EC2 cannot stop an instance of a one-time spot request: only one launched stoppable
+    # goes to the warm pool.
+    drained, beats = empty_drained("d", stoppable=False)
+    assert targets(plan_reaping(WARM, [drained], NOW, heartbeats=beats)) == {"d": IS.TERMINATING}
+    fresh = {"a": Heartbeat("a", NOW - 5)}
+    plan = plan_reaping(
+        WARM, [idle("a", 400, stoppable=False)], NOW, heartbeats=fresh, fresh_after=NOW - 60
+    )
+    assert plan.terminate_after_drain == {"a"} and plan.park_after_drain == frozenset()

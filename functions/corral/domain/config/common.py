@@ -303,7 +303,9 @@ class WarmPool(FrozenModel):
     gp3 or pd-balanced disk) and does not count against `max_instances`. On AWS a spot pool with a
     warm pool launches spot instances from persistent requests that stop on interruption (EC2
     cannot stop one-time spot instances); Corral cancels the request before it terminates one.
-    On-demand fallback agents of a spot pool are never kept. `0`: idle agents are terminated."""
+    On-demand fallback agents of a spot pool are never kept. The agent starts again at every boot;
+    on AWS `startup_script` runs at the first boot only (user data), on GCP at every boot. `0`: idle
+    agents are terminated."""
     max_stopped_period: Duration = MAX_STOPPED_PERIOD_S
     """A stopped instance not started again within this period is terminated."""
 
