@@ -11,10 +11,12 @@ import tomllib
 import pytest
 
 from corral.api import dashboard
+from corral.domain.instance import InstanceState
 from corral.domain.trial import TrialState
 from tests.api.conftest import ApiClient
 from tests.e2e.local_stack import ROOT
 from tests.services.harness import Cluster, make_pool
+from tests.services.test_warm_pool import cluster_with, park_one
 
 JS = "text/javascript; charset=utf-8"
 
@@ -122,3 +124,14 @@ def test_every_dashboard_file_ships_as_package_data() -> None:
     for name in dashboard.names():
         path = f"api/dashboard/{name}"
         assert any(fnmatch.fnmatch(path, p) for p in patterns), path
+
+
+def test_stopped_instances_of_a_warm_pool_are_not_counted_as_paid_gpus() -> None:
+    # A stopped instance bills its disks, not its GPUs: the capacity chart's "paid" line
+    # drops when an idle agent goes to the warm pool.
+    cluster = cluster_with()
+    parked = park_one(cluster)
+    assert parked.state is InstanceState.STOPPED
+    after = ApiClient(cluster).get("/capacity").json
+    assert after["gpus_paid"] == 0
+    assert [p["instances_paid"] for p in after["pools"]] == [0]

@@ -18,7 +18,7 @@ from corral.api import dashboard
 from corral.api.deps import Deps
 from corral.api.errors import ApiError
 from corral.api.openapi import errors
-from corral.domain.cost import billing_start
+from corral.domain.cost import billed_interval
 from corral.domain.instance import LIVE_STATES
 from corral.domain.trial import ACTIVE_STATES, HOLDS_GPUS
 from corral.services.shared.service_context import Context
@@ -56,7 +56,8 @@ def capacity_view(ctx: Context) -> CapacityView:
         if trial.state in HOLDS_GPUS:
             busy[trial.pool] += trial.slots
     for inst in ctx.store.instances(states=LIVE_STATES):
-        if billing_start(inst) is not None:
+        # Billed for compute now: a stopped one (a warm pool) pays for its disks only.
+        if billed_interval(inst, now) is not None:
             paid[inst.pool] += inst.slots
             instances[inst.pool] += 1
     names = list(ctx.pools) + sorted({*demanded, *paid} - set(ctx.pools))
