@@ -145,6 +145,7 @@ def test_a_refused_stop_is_not_confirmed(server: FakeGceServer, cloud: GceProvid
     name = launch(cloud)
     server.state.hold.add("start")
     cloud.stop([name])
+    cloud._max_wait_s = 0.0  # the held operation never ends: do not wait for it in real time
     cloud.start(name, "inst-1-a1")  # held half done: STAGING, its operation running
     assert cloud.stop([name]) == frozenset()  # GCE: resourceNotReady; no exception
     assert server.state.status(NAME) == "STAGING"
