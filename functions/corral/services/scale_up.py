@@ -15,7 +15,6 @@ from dataclasses import replace
 from corral.domain.backoff import (
     LaunchVerdict,
     blocked_reason,
-    on_launch_error,
     on_launch_success,
 )
 from corral.domain.errors import ConflictError, LaunchError
@@ -26,7 +25,11 @@ from corral.domain.records import Event, EventKind
 from corral.ports.cloud import LaunchRequest
 from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import commit_one
-from corral.services.shared.launch_outcome import LaunchOutcome, launch_error_event
+from corral.services.shared.launch_outcome import (
+    LaunchOutcome,
+    launch_error_event,
+    pool_verdict,
+)
 from corral.services.shared.service_context import Context
 from corral.services.warm_start import start_warm
 
@@ -144,16 +147,7 @@ def _on_error(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutco
     pool = ctx.pool(record.pool)
     assert pool is not None
     state = ctx.store.pool_state(record.pool)
-    new_state, action = on_launch_error(
-        state,
-        error.error_class,
-        error.code,
-        now,
-        pool,
-        ctx.rng,
-        offering=record.offering,
-        failures=record.launch_failures,
-    )
+    new_state, action = pool_verdict(ctx, pool, record, error)
     verdict = action.verdict
     if verdict is LaunchVerdict.RETRY_SAME_ATTEMPT:
         send(ctx.queue, [LaunchInstance.of(record)], delay_s=action.delay_s, dedupe=False)

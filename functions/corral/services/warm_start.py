@@ -18,7 +18,6 @@ from dataclasses import replace
 from corral.domain.backoff import (
     LaunchVerdict,
     blocked_reason,
-    on_launch_error,
     on_launch_success,
 )
 from corral.domain.errors import ConflictError, LaunchError
@@ -28,7 +27,11 @@ from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import commit_one
 from corral.services.shared.instance_events import log_instance_event
 from corral.services.shared.instance_removal import terminate, wake_scheduler
-from corral.services.shared.launch_outcome import LaunchOutcome, launch_error_event
+from corral.services.shared.launch_outcome import (
+    LaunchOutcome,
+    launch_error_event,
+    pool_verdict,
+)
 from corral.services.shared.service_context import Context
 
 # A start refused because the instance is still stopping is asked again this much later.
@@ -87,7 +90,6 @@ def _refused(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutcom
     """Act on a refused start by class, as a launch does, except that the instance stays in
     the warm pool unless it cannot be started at all (an invalid config here means it is
     not ours any more, gone, or not startable) or its retries for unknown errors ran out."""
-    now = ctx.clock.now()
     cls = error.error_class
     if cls.retries_same_attempt:
         # Throttled, or still stopping: the same attempt again soon (the start is idempotent).
@@ -96,19 +98,9 @@ def _refused(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutcom
     pool = ctx.pool(record.pool)
     if cls.fails_record or pool is None:
         return _give_up(ctx, record, error)
-    state = ctx.store.pool_state(record.pool)
     # Capacity and price: the offering is remembered as refused; quota and permission: the
     # pool backs off; unknown: counted against launch_error_retries.
-    new_state, action = on_launch_error(
-        state,
-        cls,
-        error.code,
-        now,
-        pool,
-        ctx.rng,
-        offering=record.offering,
-        failures=record.launch_failures,
-    )
+    new_state, action = pool_verdict(ctx, pool, record, error)
     if action.verdict is LaunchVerdict.FAIL_RECORD:
         return _give_up(ctx, record, error)
     failed = replace(

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from corral.domain.errors import LaunchErrorClass
-from corral.domain.records import EventKind
+from corral.domain.backoff import LaunchErrorAction, on_launch_error
+from corral.domain.errors import LaunchError, LaunchErrorClass
+from corral.domain.instance import Instance
+from corral.domain.policy import PoolPolicy
+from corral.domain.records import EventKind, PoolState
+from corral.services.shared.service_context import Context
 
 
 class LaunchOutcome(StrEnum):
@@ -25,3 +29,20 @@ def launch_error_event(error_class: LaunchErrorClass) -> EventKind:
     if error_class.backs_off_pool:
         return EventKind.POOL_BACKOFF
     return EventKind.LAUNCH_FAILED
+
+
+def pool_verdict(
+    ctx: Context, pool: PoolPolicy, record: Instance, error: LaunchError
+) -> tuple[PoolState, LaunchErrorAction]:
+    """What a refused launch or start of ``record`` means for its pool (the offering
+    remembered as refused, a backoff) and for the record (``corral.domain.backoff``)."""
+    return on_launch_error(
+        ctx.store.pool_state(record.pool),
+        error.error_class,
+        error.code,
+        ctx.clock.now(),
+        pool,
+        ctx.rng,
+        offering=record.offering,
+        failures=record.launch_failures,
+    )
