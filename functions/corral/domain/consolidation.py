@@ -15,7 +15,11 @@ that checkpoint. The drained agent is then empty and the reaper terminates it; i
 (``Instance.consolidated_at``) so that neither the reaper nor the schedule pass takes it
 back for waiting work, which would put the trials straight back on it.
 
-When (all of it, per pool, opt-in with the pool's ``consolidate``):
+When (all of it, per pool, opt-in with the pool's ``consolidate``; on-demand fallback
+agents of a spot pool also without it, unless the pool turns ``move_fallback_to_spot`` off:
+the user asked for spot, and an on-demand agent bought during a spot outage would otherwise
+bill about three times the spot price for as long as its longest trial runs, days on the
+shipped trace):
 
 - the pool keeps ``min_instances`` agents without the emptied one, and nothing of it waits:
   free GPUs belong to waiting work first, and a move already in progress (its trials are
@@ -88,7 +92,7 @@ def plan_consolidation(
 ) -> ConsolidationMove | None:
     """The one move worth making in ``pool`` now, if any. ``running``: RUNNING trials by id
     (others may be missing); ``waiting``: whether any trial of the pool waits."""
-    if not pool.consolidate or waiting:
+    if waiting or not (pool.consolidate or pool.move_fallback_to_spot):
         return None
     pool_live = [i for i in instances if i.pool == pool.name and i.holds_capacity]
     mine = [i for i in pool_live if i.is_schedulable]
@@ -96,7 +100,13 @@ def plan_consolidation(
         return None  # the emptied agent would go, leaving the pool below min_instances
     fallback = frozenset(i.id for i in mine if is_fallback(pool, i.offering))
     sources = [
-        i for i in mine if i.state is InstanceState.BUSY and (i.free_slots > 0 or i.id in fallback)
+        i
+        for i in mine
+        if i.state is InstanceState.BUSY
+        and (
+            (i.id in fallback and pool.move_fallback_to_spot)
+            or (pool.consolidate and i.free_slots > 0)
+        )
     ]
     # Fallback capacity first (it costs about three times spot), then the emptiest agent.
     sources.sort(
@@ -108,7 +118,7 @@ def plan_consolidation(
             continue
         targets = _fit(source, trials, mine, fallback)
         if targets is None:
-            back = _back_to_spot(source, pool_live, mine, fallback)
+            back = _back_to_spot(pool, source, pool_live, mine, fallback)
             if back is not None:
                 reason = (
                     f"on-demand fallback, and spot is back ({back.id} launched since): "
@@ -116,18 +126,26 @@ def plan_consolidation(
                 )
                 return ConsolidationMove(source, trials, (), reason)
             continue
-        if _spare_after(source, trials, mine, fallback) < SPARE_FRACTION * source.slots:
-            continue  # the next arrivals would wait for a boot: keep the slack
+        spare = _spare_after(source, trials, mine, fallback)
+        if source.id not in fallback and spare < SPARE_FRACTION * source.slots:
+            # The next arrivals would wait for a boot: keep the slack. Not for fallback
+            # capacity: keeping it as slack costs three times spot, and spot slack it
+            # would move onto is idle capacity the reaper would let go anyway.
+            continue
         moved_gpus = sum(t.slots for t in trials)
+        onto = ", ".join(sorted(set(targets)))
         reason = (
-            f"consolidating: {moved_gpus} of {source.slots} GPUs in use, its trials fit on "
-            f"{', '.join(sorted(set(targets)))}"
+            f"on-demand fallback: moving its trials to spot ({onto})"
+            if source.id in fallback
+            else f"consolidating: {moved_gpus} of {source.slots} GPUs in use, its trials fit "
+            f"on {onto}"
         )
         return ConsolidationMove(source, trials, targets, reason)
     return None
 
 
 def _back_to_spot(
+    pool: PoolPolicy,
     source: Instance,
     pool_live: Sequence[Instance],
     agents: Sequence[Instance],
@@ -136,7 +154,7 @@ def _back_to_spot(
     """For a fallback ``source`` whose trials fit nowhere now: a spot instance of the pool
     that the cloud launched after it (proof that spot capacity is there again), unless
     another fallback agent has free GPUs (it would take the trials straight back)."""
-    if source.id not in fallback or source.launched_at is None:
+    if not pool.move_fallback_to_spot or source.id not in fallback or source.launched_at is None:
         return None
     if any(a.id != source.id and a.free_slots > 0 and a.id in fallback for a in agents):
         return None

@@ -66,6 +66,12 @@ class PoolPolicy(Protocol):
         ...
 
     @property
+    def move_fallback_to_spot(self) -> bool:
+        """Move the checkpointed trials of on-demand fallback agents to spot once spot is
+        back (``corral.domain.consolidation``), also when the pool does not consolidate."""
+        ...
+
+    @property
     def warm_pool_size(self) -> int:
         """Idle agents kept stopped (disks kept) to start again instead of launching."""
         ...
@@ -99,6 +105,7 @@ class StaticPool:
     # ``fallback.ON_DEMAND_FALLBACK_AFTER_S``. Not consulted when on_demand_fallback is off.
     fallback_after_s: float | None = 0.0
     consolidate: bool = False
+    move_fallback_to_spot: bool = True
     warm_pool_size: int = 0
     max_stopped_s: float = 72 * 3600.0
 

@@ -2,7 +2,8 @@
 empty, terminate them; longest idle first, never below min_instances, never a busy agent,
 never one the pending demand counts on. In pools with ``consolidate``, each pass also
 empties at most one under-used agent by moving its checkpointed trials to free GPUs
-elsewhere (``corral.domain.consolidation``)."""
+elsewhere, and in every spot pool (unless ``move_fallback_to_spot`` is off) one on-demand
+fallback agent once spot is back (``corral.domain.consolidation``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from dataclasses import dataclass, field, replace
 
 from corral.domain.consolidation import plan_consolidation
 from corral.domain.errors import ConflictError
+from corral.domain.fallback import is_fallback
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState
+from corral.domain.policy import PoolPolicy
 from corral.domain.records import EventKind
 from corral.domain.trial import Trial, TrialState
 from corral.ports.store import commit_one
@@ -88,19 +91,20 @@ def run_idle_reap(ctx: Context) -> ReapReport:
 def _consolidate(
     ctx: Context, live: list[Instance], waiting: list[Trial], report: ReapReport
 ) -> None:
-    """Pools that consolidate: drain the one agent worth emptying and requeue its trials,
-    which it stops (checkpointing) at its next heartbeat; they land on the free GPUs the
-    plan found. Agents this pass already moved are left for the next one."""
-    pools = [p for p in ctx.pools.values() if p.consolidate]
-    if not pools:
-        return
+    """Pools that consolidate, and pools with a busy on-demand fallback agent to move back
+    to spot: drain the one agent worth emptying and requeue its trials, which it stops
+    (checkpointing) at its next heartbeat; they land on the free GPUs the plan found.
+    Agents this pass already moved are left for the next one."""
     touched = {*report.drained, *report.undrained, *report.terminated}
     untouched = [i for i in live if i.id not in touched]
+    pools = [p for p in ctx.pools.values() if p.consolidate or _busy_fallback(p, untouched)]
+    if not pools:
+        return
     now = ctx.clock.now()
     for pool in pools:
         if any(t.pool == pool.name for t in waiting):
             continue  # free GPUs belong to the waiting work first (and a move may be under way)
-        # The pool's running trials only, and only for pools that consolidate.
+        # The pool's running trials only, and only for the pools that may move some.
         found = ctx.store.trials(states={TrialState.RUNNING}, pool=pool.name)
         running = {t.id: t for t in found}
         move = plan_consolidation(pool, untouched, running, now, waiting=False)
@@ -115,6 +119,15 @@ def _consolidate(
             continue  # it changed meanwhile (a trial ended, a notice): the next pass decides
         log_instance_event(ctx, drained, EventKind.AGENT_DRAINING, move.reason, now)
         report.consolidated.append(drained.id)
+
+
+def _busy_fallback(pool: PoolPolicy, instances: list[Instance]) -> bool:
+    """Whether ``pool`` moves fallback capacity back to spot and runs some now (the only
+    case a pool that does not consolidate reads its running trials for)."""
+    return pool.move_fallback_to_spot and any(
+        i.pool == pool.name and i.state is InstanceState.BUSY and is_fallback(pool, i.offering)
+        for i in instances
+    )
 
 
 def _move(ctx: Context, updated: Instance) -> Instance | None:

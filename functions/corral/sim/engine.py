@@ -28,6 +28,7 @@ from corral.adapters.memory import (
     SimulatedCloud,
 )
 from corral.domain.config import ExperimentConfig
+from corral.domain.fallback import is_fallback
 from corral.domain.instance import LIVE_STATES, InstanceState
 from corral.domain.offerings import Offering
 from corral.domain.trial import ACTIVE_STATES, TrialState
@@ -109,8 +110,10 @@ class Engine:
         )
         self.workers = Workers(self.ctx, self.sim.restart_overhead)
         # Pools that consolidate: their reaper also runs after GPUs were freed (a trial
-        # ended or moved), when emptying an agent may have become possible.
+        # ended or moved), when emptying an agent may have become possible; so does every
+        # pool while it runs an on-demand fallback agent it moves back to spot.
         self._consolidating = any(p.consolidate for p in self.policy.pools.values())
+        self._fallback_agents: set[str] = set()  # cloud ids, pruned once dead
         self._freed = False
         # Agent start-up after the instance runs (billed), one draw per launch in order.
         self._startup_rng = random.Random(f"{self.seed}:agent-start")
@@ -246,6 +249,9 @@ class Engine:
         self._launched_offerings[record.cloud_id] = (offering.slots, offering.hourly_price)
         if not offering.is_spot:
             self._on_demand.add(record.cloud_id)
+            pool = self.policy.pools.get(record.pool)
+            if pool is not None and pool.move_fallback_to_spot and is_fallback(pool, offering):
+                self._fallback_agents.add(record.cloud_id)
         boot = self.sim.warm_start if warm else self.sim.boot
         startup = boot.mean - boot.pending + self._startup_rng.uniform(-boot.jitter, boot.jitter)
         self._startup_draws.append(startup)
@@ -301,7 +307,7 @@ class Engine:
         if any(i.state is InstanceState.DRAINING for i in found):
             return self._grid_after(now)
         movable: list[float] = []
-        if self._consolidating:
+        if self._consolidating or self._fallback_alive():
             if self._freed:
                 return self._grid_after(now)
             found_movable = self.workers.next_movable(self._last_reap)
@@ -356,7 +362,7 @@ class Engine:
                 idle = self.workers.agents.get(self.workers.by_record.get(record.id, ""))
                 if idle is not None:
                     self.workers.heartbeat(idle)
-            if self._consolidating:
+            if self._consolidating or self._fallback_alive():
                 self._report_checkpoints()
             self._freed = False
             report = run_idle_reap(self.ctx)
@@ -370,6 +376,16 @@ class Engine:
                 if moved is not None:
                     self.workers.heartbeat(moved)
             self.workers.forget_dead()
+
+    def _fallback_alive(self) -> bool:
+        """Whether an on-demand fallback agent that may move back to spot is still up (or
+        booting); the ones gone are forgotten."""
+        for cloud_id in list(self._fallback_agents):
+            agent = self.workers.agents.get(cloud_id)
+            found = self.cloud.get(cloud_id)
+            if (agent is not None and not agent.alive) or found is None or found.state.is_gone:
+                self._fallback_agents.discard(cloud_id)
+        return bool(self._fallback_agents)
 
     def _report_checkpoints(self) -> None:
         """Busy agents with free GPUs heartbeat (a real agent does every 30 s), so the reaper

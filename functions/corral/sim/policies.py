@@ -86,6 +86,7 @@ def snapshot(pool: PoolPolicy) -> StaticPool:
         reap_fallback_early=pool.reap_fallback_early,
         fallback_after_s=pool.on_demand_fallback_after_s,
         consolidate=pool.consolidate,
+        move_fallback_to_spot=pool.move_fallback_to_spot,
         warm_pool_size=pool.warm_pool_size,
         max_stopped_s=pool.max_stopped_s,
     )

@@ -154,6 +154,10 @@ class ResourcePool(FrozenModel):
         return self.provider.consolidate
 
     @property
+    def move_fallback_to_spot(self) -> bool:
+        return self.provider.move_fallback_to_spot
+
+    @property
     def warm_pool_size(self) -> int:
         return self.provider.warm_pool.size
 
