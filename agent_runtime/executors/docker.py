@@ -115,13 +115,42 @@ class DockerExecutor:
             self._client.networks.create(name, driver="bridge")
         self._network_ready = True
 
-    def run_kwargs(self, spec: LaunchSpec) -> dict[str, Any]:
-        """Everything handed to ``containers.run``: one place to read and to test."""
-        c = self._config
-        image = spec.image or c.default_trial_image
+    def image_of(self, spec: LaunchSpec) -> str:
+        image = spec.image or self._config.default_trial_image
         if not image:
             raise ValueError("the trial has no image and default_trial_image is not set")
+        return image
+
+    def image_pythonpath(self, image: str) -> str | None:
+        """The image's own ``ENV PYTHONPATH`` (pulling the image first when it is missing),
+        or None. Unreadable (no registry access, say): None, and ``containers.run`` reports
+        the real error."""
+        try:
+            try:
+                found = self._client.images.get(image)
+            except Exception:  # docker.errors.ImageNotFound: pull it, as containers.run would
+                found = self._client.images.pull(image)
+            variables = (found.attrs.get("Config") or {}).get("Env") or []
+        except Exception as exc:
+            log.warning("cannot read the environment of image %s: %s", image, exc)
+            return None
+        for variable in variables:
+            name, _, value = str(variable).partition("=")
+            if name == "PYTHONPATH" and value:
+                return value
+        return None
+
+    def run_kwargs(self, spec: LaunchSpec, image_pythonpath: str | None = None) -> dict[str, Any]:
+        """Everything handed to ``containers.run``: one place to read and to test.
+        ``image_pythonpath``: the image's ``ENV PYTHONPATH`` (``image_pythonpath()``)."""
+        c = self._config
+        image = self.image_of(spec)
         env = dict(spec.env)
+        if image_pythonpath and env.get("PYTHONPATH") == HELPER_MOUNT:
+            # The trial set no PYTHONPATH of its own, so the image's applies (ENV
+            # PYTHONPATH=/workspace is common): Docker replaces an image's variable by one
+            # given at run instead of merging them, so the helper goes in front of it here.
+            env["PYTHONPATH"] = f"{HELPER_MOUNT}:{image_pythonpath}"
         if c.container_startup_script:  # normally already there (trials.launch_spec)
             env[STARTUP_SCRIPT_ENV] = c.container_startup_script
         # The checkpoints, the corral_trial helper (on PYTHONPATH) and the metrics file.
@@ -193,8 +222,10 @@ class DockerExecutor:
                 spec.nodes,
                 self._config.agent_docker_network,
             )
-        # containers.run pulls a missing image first; the agent calls launch off its loop.
-        container = self._client.containers.run(**self.run_kwargs(spec))
+        # The image is pulled (if missing) to read its PYTHONPATH; the agent calls launch off
+        # its loop.
+        kwargs = self.run_kwargs(spec, self.image_pythonpath(self.image_of(spec)))
+        container = self._client.containers.run(**kwargs)
         readers = []
         for stream in ("stdout", "stderr"):
             chunks = container.logs(

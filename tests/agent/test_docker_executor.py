@@ -12,7 +12,7 @@ import pytest
 from agent_runtime.config import AgentConfig
 from agent_runtime.executors import LaunchSpec, wrap_entrypoint
 from agent_runtime.executors.docker import LABEL_TRIAL, DockerExecutor
-from agent_runtime.trial_env import HELPER_DIR
+from agent_runtime.trial_env import HELPER_DIR, HELPER_MOUNT
 from corral.protocol.agent import BindMount
 from tests.agent.conftest import dev_config
 
@@ -319,3 +319,79 @@ def test_the_docker_sdk_accepts_the_arguments(
     ContainerCollection(client=Client()).run(**kwargs)
     (create,) = created
     assert create["host_config"]["NetworkMode"] == mode
+
+
+class FakeImage:
+    def __init__(self, env: list[str]) -> None:
+        self.attrs: dict[str, Any] = {"Config": {"Env": env}}
+
+
+class ImageClient(FakeClient):
+    """A client whose engine knows the images in ``local``; ``registry`` can be pulled."""
+
+    def __init__(self, local: dict[str, list[str]], registry: dict[str, list[str]]) -> None:
+        super().__init__()
+        self.pulled: list[str] = []
+        outer = self
+
+        class Images:
+            def get(self, name: str) -> FakeImage:
+                if name not in local:
+                    raise LookupError(f"404 Client Error: No such image: {name}")
+                return FakeImage(local[name])
+
+            def pull(self, name: str) -> FakeImage:
+                if name not in registry:
+                    raise PermissionError("pull access denied")
+                outer.pulled.append(name)
+                return FakeImage(registry[name])
+
+        self.images = Images()
+
+
+def helper_spec(tmp_path: Path, image: str, env: dict[str, str]) -> LaunchSpec:
+    return LaunchSpec(
+        "t", "e", "a", ["python", "-c", "pass"], env, [], tmp_path, tmp_path / "c", image=image
+    )
+
+
+def test_the_image_pythonpath_is_kept_behind_the_helper(tmp_path: Path) -> None:
+    # ENV PYTHONPATH=/workspace/src in the image: without it the trial cannot import its code.
+    client = ImageClient({"team/train:1": ["PATH=/usr/bin", "PYTHONPATH=/workspace/src"]}, {})
+    executor = DockerExecutor(dev_config(), client, device_request=lambda ids: ids)
+    executor.launch(
+        helper_spec(tmp_path, "team/train:1", {"PYTHONPATH": HELPER_MOUNT}), lambda s, line: None
+    )
+    (kw,) = client.run_calls
+    assert kw["environment"]["PYTHONPATH"] == f"{HELPER_MOUNT}:/workspace/src"
+
+
+def test_a_missing_image_is_pulled_to_read_its_pythonpath(tmp_path: Path) -> None:
+    client = ImageClient({}, {"team/train:2": ["PYTHONPATH=/app"]})
+    executor = DockerExecutor(dev_config(), client, device_request=lambda ids: ids)
+    executor.launch(
+        helper_spec(tmp_path, "team/train:2", {"PYTHONPATH": HELPER_MOUNT}), lambda s, line: None
+    )
+    assert client.pulled == ["team/train:2"]
+    assert client.run_calls[0]["environment"]["PYTHONPATH"] == f"{HELPER_MOUNT}:/app"
+
+
+def test_the_experiments_own_pythonpath_wins_over_the_images(tmp_path: Path) -> None:
+    client = ImageClient({"team/train:1": ["PYTHONPATH=/workspace/src"]}, {})
+    executor = DockerExecutor(dev_config(), client, device_request=lambda ids: ids)
+    mine = {"PYTHONPATH": f"{HELPER_MOUNT}:/mine"}
+    executor.launch(helper_spec(tmp_path, "team/train:1", mine), lambda s, line: None)
+    assert client.run_calls[0]["environment"]["PYTHONPATH"] == f"{HELPER_MOUNT}:/mine"
+
+
+def test_an_unreadable_image_leaves_the_error_to_containers_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = ImageClient({}, {})  # not local, and the pull is refused
+    executor = DockerExecutor(dev_config(), client, device_request=lambda ids: ids)
+    with caplog.at_level(logging.WARNING):
+        executor.launch(
+            helper_spec(tmp_path, "private/x:1", {"PYTHONPATH": HELPER_MOUNT}), lambda s, line: None
+        )
+    assert client.run_calls[0]["environment"]["PYTHONPATH"] == HELPER_MOUNT
+    assert "cannot read the environment of image private/x:1" in caplog.text
