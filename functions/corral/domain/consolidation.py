@@ -126,12 +126,10 @@ def plan_consolidation(
                 )
                 return ConsolidationMove(source, trials, (), reason)
             continue
-        spare = _spare_after(source, trials, mine, fallback)
-        if source.id not in fallback and spare < SPARE_FRACTION * source.slots:
-            # The next arrivals would wait for a boot: keep the slack. Not for fallback
-            # capacity: keeping it as slack costs three times spot, and spot slack it
-            # would move onto is idle capacity the reaper would let go anyway.
-            continue
+        if not _onto_idle_spot(source, targets, mine, fallback) and (
+            _spare_after(source, trials, mine, fallback) < SPARE_FRACTION * source.slots
+        ):
+            continue  # the next arrivals would wait for a boot: keep the slack
         moved_gpus = sum(t.slots for t in trials)
         onto = ", ".join(sorted(set(targets)))
         reason = (
@@ -164,6 +162,18 @@ def _back_to_spot(
         if i.offering.is_spot and i.launched_at is not None and i.launched_at > source.launched_at
     ]
     return min(newer, key=lambda i: (i.launched_at or 0.0, i.id), default=None)
+
+
+def _onto_idle_spot(
+    source: Instance, targets: Sequence[str], agents: Sequence[Instance], fallback: frozenset[str]
+) -> bool:
+    """Whether fallback ``source``'s trials all go to idle spot agents: no spare rule then.
+    Idle capacity is the reaper's to let go, not slack to keep; a fallback agent kept for
+    want of it costs three times spot. (Onto busy spot agents' free GPUs the rule holds:
+    using up the slack there made the next arrivals wait and buy on-demand again, 0.8 % ->
+    7.7 % of the GPU-hours on a bursty Helios-like run.)"""
+    idle = {a.id for a in agents if a.state is InstanceState.IDLE}
+    return source.id in fallback and set(targets) <= idle
 
 
 def _spare_after(

@@ -77,3 +77,23 @@ def test_the_reason_says_the_fallback_agent_goes_back_to_spot() -> None:
     move = plan_consolidation(DEFAULT, [on_demand, spot], trials, NOW, waiting=False)
     assert move is not None
     assert move.reason == "on-demand fallback: moving its trials to spot (spot)"
+
+
+def test_onto_an_idle_spot_agent_no_spare_gpus_need_to_stay() -> None:
+    # The idle agent is the reaper's to let go; keeping the on-demand one costs 3x spot.
+    on_demand = agent("od", ("t1", "t2", "t3", "t4"), offering=OD_4)
+    idle_spot = agent("spot", ())
+    trials = by_id(*(running(t, "od") for t in ("t1", "t2", "t3", "t4")))
+    move = plan_consolidation(DEFAULT, [on_demand, idle_spot], trials, NOW, waiting=False)
+    assert move is not None and move.targets == ("spot",) * 4
+
+
+def test_onto_busy_spot_agents_half_an_agent_stays_free() -> None:
+    # Using up the busy agents' last free GPUs would make the next arrivals wait (and, in a
+    # spot outage, buy on-demand again).
+    on_demand = agent("od", ("t1",), offering=OD_4)
+    spot = agent("spot", ("t2", "t3", "t4"))  # one GPU free: none would stay
+    trials = by_id(
+        *(running(t, "od") for t in ("t1",)), *(running(t, "spot") for t in ("t2", "t3", "t4"))
+    )
+    assert plan_consolidation(DEFAULT, [on_demand, spot], trials, NOW, waiting=False) is None
