@@ -15,6 +15,7 @@ from corral.domain.fallback import is_fallback
 from corral.domain.instance import LIVE_STATES, Instance, InstanceState
 from corral.domain.policy import PoolPolicy
 from corral.domain.records import EventKind
+from corral.domain.retired_pools import with_retired
 from corral.domain.trial import Trial, TrialState
 from corral.ports.store import commit_one
 from corral.services.schedule_pass import plan_all
@@ -46,14 +47,16 @@ def run_idle_reap(ctx: Context) -> ReapReport:
     heartbeats = ctx.store.heartbeats([i.id for i in live])
     # A heartbeat this recent that reports nothing confirms an agent empty at once.
     fresh_after = now - 3 * ctx.settings.heartbeat_interval_s
-    for name, pool in ctx.pools.items():
+    # Pools removed from the config while they still hold instances are wound down.
+    for name, pool in with_retired(ctx.pools, (i.pool for i in live)).items():
+        demand = plans.get(name)
         plan = ctx.policy.plan_reaping(
             pool,
             [i for i in live if i.pool == name],
             now,
-            reserved=plans[name].reserved,
+            reserved=demand.reserved if demand is not None else frozenset(),
             heartbeats=heartbeats,
-            room_needed=plans[name].room_needed,
+            room_needed=demand.room_needed if demand is not None else 0,
             fresh_after=fresh_after,
         )
         for decision in plan.drain:

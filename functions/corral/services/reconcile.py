@@ -19,6 +19,7 @@ from corral.domain.errors import ConflictError
 from corral.domain.instance import LIVE_STATES, Instance
 from corral.domain.reconciler import reconcile
 from corral.domain.records import Event, EventKind, PoolState
+from corral.domain.retired_pools import with_retired
 from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import retry_on_conflict
 from corral.services.shared.instance_events import log_instance_event
@@ -70,8 +71,11 @@ def run_reconcile(ctx: Context) -> ReconcileReport:
                 records[fetched.id] = fetched
     heartbeats = ctx.store.heartbeats(list(records))
     now = ctx.clock.now()
+    # Pools removed from the config while they still hold instances are wound down.
+    named = [*(r.pool for r in records.values()), *(c.pool for c in cloud)]
+    pools = with_retired(ctx.pools, [*named, *(s.pool for s in spot_requests)])
     plan = reconcile(
-        ctx.pools,
+        pools,
         list(records.values()),
         cloud,
         spot_requests,
