@@ -4,10 +4,14 @@ its trial first, and the reconciler still confirms what ended and ends what is l
 
 from __future__ import annotations
 
-from corral.domain.instance import InstanceState
+from dataclasses import replace
+
+from corral.domain.instance import InstanceState, new_instance
 from corral.domain.trial import TrialState
+from corral.ports.cloud import LaunchRequest
 from corral.services.idle_reap import run_idle_reap
 from corral.services.reconcile import run_reconcile
+from corral.services.schedule_pass import run_schedule_pass
 
 from .harness import OD_1, Cluster, Script, make_pool
 from .test_warm_pool import idle_agent, park_one, record_of
@@ -59,9 +63,8 @@ def test_a_busy_agent_of_a_removed_pool_finishes_its_trial_then_goes() -> None:
     assert run_idle_reap(cluster.ctx).terminated == [record.id]
 
 
-def test_the_reconciler_sees_a_removed_pool_s_instances() -> None:
-    # A record whose instance was terminated behind Corral's back is closed, and an instance
-    # of the removed pool that no record accounts for is terminated after the orphan grace.
+def test_the_reconciler_still_checks_a_removed_pool_s_records() -> None:
+    # A record whose instance was terminated behind Corral's back is closed.
     cluster = Cluster(make_pool(OD_1, max_idle_s=3600.0))
     record = idle_agent(cluster)
     remove_the_pool(cluster)
@@ -69,3 +72,41 @@ def test_the_reconciler_sees_a_removed_pool_s_instances() -> None:
     cluster.run(120)
     run_reconcile(cluster.ctx)
     assert record_of(cluster, record.id).state is IS.TERMINATED
+
+
+def test_a_launch_not_yet_attempted_for_a_removed_pool_is_cancelled() -> None:
+    cluster = Cluster(make_pool(OD_1))
+    cluster.submit_scripted(Script(duration_s=300))
+    run_schedule_pass(cluster.ctx)  # plans a launch: a QUEUED record, its message queued
+    (queued,) = cluster.instances()
+    assert queued.state is IS.QUEUED
+    remove_the_pool(cluster)
+
+    run_schedule_pass(cluster.ctx)
+    assert record_of(cluster, queued.id).state is IS.CANCELLED
+
+
+def test_a_launch_of_a_removed_pool_that_times_out_fails_instead_of_retrying() -> None:
+    cluster = Cluster(make_pool(OD_1))
+    record = replace(
+        new_instance("inst-r", "gpu", OD_1, cluster.clock.now() - 3600, "planned"),
+        state=IS.REQUESTED,
+        requested_at=cluster.clock.now() - 3600,
+    )
+    cluster.store.commit([record])
+    remove_the_pool(cluster)
+
+    run_reconcile(cluster.ctx)
+    assert record_of(cluster, "inst-r").state is IS.ALLOCATION_FAILED
+
+
+def test_an_instance_of_a_pool_no_record_names_is_never_touched() -> None:
+    # Another installation sharing the ownership tags: its pool is not ours to wind down.
+    cluster = Cluster(make_pool(OD_1))
+    foreign = LaunchRequest(record_id="theirs-1", pool="their-pool", offering=OD_1, token="t-1")
+    cloud_id = cluster.cloud.launch(foreign).cloud_id
+    cluster.run(3600)
+
+    run_reconcile(cluster.ctx)
+    found = cluster.cloud.get(cloud_id)
+    assert found is not None and not found.state.is_gone

@@ -33,8 +33,10 @@ Rules, each emitting one decision type with a reason (see ``reconcile_decisions`
    REQUESTED and listed up -> Adopt; still stopped after ``request_timeout_s`` -> Terminate.
 
 Defensive limits: instances, spot requests and records of pools not in ``pools`` are
-ignored; every cloud id in a decision was in the owned listing; each record gets at most one
-record decision per pass. ``heartbeats`` is keyed by instance record id.
+ignored (the service adds the pools its records name that left the config,
+``corral.domain.retired_pools``); every cloud id in a decision was in the owned listing;
+each record gets at most one record decision per pass. ``heartbeats`` is keyed by instance
+record id.
 """
 
 from __future__ import annotations

@@ -71,9 +71,8 @@ def run_reconcile(ctx: Context) -> ReconcileReport:
                 records[fetched.id] = fetched
     heartbeats = ctx.store.heartbeats(list(records))
     now = ctx.clock.now()
-    # Pools removed from the config while they still hold instances are wound down.
-    named = [*(r.pool for r in records.values()), *(c.pool for c in cloud)]
-    pools = with_retired(ctx.pools, [*named, *(s.pool for s in spot_requests)])
+    # Pools removed from the config while our records still name them are wound down.
+    pools = with_retired(ctx.pools, (r.pool for r in records.values()))
     plan = reconcile(
         pools,
         list(records.values()),

@@ -88,6 +88,12 @@ def run_schedule_pass(ctx: Context) -> PassReport:
         pool_live = [i for i in live.values() if i.pool == name]
         _apply_plan(ctx, plan, states[name], pool_live, report)
         _update_pending_reasons(ctx, [t for t in result.unplaced if t.pool == name], plan)
+    for inst in live.values():
+        # A launch not yet attempted for a pool removed from the config: nothing will ever
+        # plan or attempt it (corral.domain.retired_pools); a warm start goes back to the
+        # warm pool, which the reaper then empties.
+        if inst.pool not in ctx.pools and inst.state is InstanceState.QUEUED:
+            _cancel(ctx, inst)
     assigned = frozenset(report.assigned)
     now = ctx.clock.now()
     report.gauges = gauges_after_pass(ctx.pools, waiting, assigned, live.values(), states, now)
