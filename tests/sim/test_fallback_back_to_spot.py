@@ -4,6 +4,7 @@ spot price until it ends."""
 
 from __future__ import annotations
 
+from corral.domain.instance import InstanceState
 from corral.domain.offerings import CapacityType, Offering
 from corral.domain.policy import StaticPool
 from corral.services.shared.service_context import DomainPolicy
@@ -53,3 +54,19 @@ def test_the_fallback_trial_goes_back_to_spot_and_costs_a_fraction() -> None:
     assert moved.cost_usd < kept.cost_usd * 0.5
     assert moved.lost_gpu_hours == 0.0  # it stopped with a checkpoint
     assert moved.restart_gpu_hours > 0.0
+
+
+def test_the_move_follows_the_first_spot_agent_up_not_a_later_reaper_deadline() -> None:
+    # The later job keeps its spot agent busy, so the fallback trial is requeued for spot
+    # (spot is back) at the reaper pass right after that agent came up (a real reaper looks
+    # every minute), not at some later deadline.
+    jobs = (Job(0.0, 4, LONG_S, "long"), Job(3600.0, 4, LONG_S, "later"))
+    pool = StaticPool("gpu", OFFERINGS, max_instances=4, max_idle_s=300.0, fallback_after_s=600.0)
+    chosen = SimPolicy("corral", DomainPolicy(), True, {"gpu": pool}, "gpu", OFFERINGS)
+    sim = QUIET.model_copy(update={"restart_overhead": 120.0})
+    engine = OneOutage(sim, Trace(jobs), chosen, 0)
+    replay = engine.run()
+    (fallback,) = [i for i in engine.store.instances() if not i.offering.is_spot]
+    drained = fallback.entered_at(InstanceState.DRAINING)
+    # Spot is back at 1800 s; the later job's spot agent is up at about 3660 s (a 60 s boot).
+    assert drained is not None and drained - replay.start < 3660.0 + 120.0

@@ -219,6 +219,10 @@ class Engine:
                 continue  # interrupted (or terminated) before its agent came up
             record = self.store.instance_by_cloud_id(cloud_id)
             self.workers.register(cloud_id, found.record_id, found.instance_type, found.location)
+            if found.is_spot and self._fallback_agents:
+                # A spot agent up while a fallback agent runs: the reaper may move its trials
+                # here now (the real reaper looks every minute).
+                self._freed = True
             if record is not None:
                 self.workers.heartbeat(self.workers.agents[cloud_id])
         notices, self._notices[:] = list(self._notices), []
