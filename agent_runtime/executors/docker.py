@@ -224,7 +224,9 @@ class DockerExecutor:
             )
         # The image is pulled (if missing) to read its PYTHONPATH; the agent calls launch off
         # its loop.
-        kwargs = self.run_kwargs(spec, self.image_pythonpath(self.image_of(spec)))
+        own = spec.env.get("PYTHONPATH") != HELPER_MOUNT  # the experiment set its own
+        image_path = None if own else self.image_pythonpath(self.image_of(spec))
+        kwargs = self.run_kwargs(spec, image_path)
         container = self._client.containers.run(**kwargs)
         readers = []
         for stream in ("stdout", "stderr"):

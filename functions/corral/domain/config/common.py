@@ -385,9 +385,9 @@ class CommonProvider(FrozenModel):
     loses the work since its last checkpoint. On-demand fallback agents are emptied first, also
     onto idle spot agents. See docs/architecture.md."""
     move_fallback_to_spot: bool = True
-    """Once spot is back (a spot instance of the pool launched after the on-demand fallback agent
-    was bought), move the trials of on-demand fallback agents to spot: onto free spot GPUs, else
-    requeued for the spot capacity the planner buys (on-demand again only after
+    """Move the trials of on-demand fallback agents to spot: onto free spot GPUs when some are
+    free, else, once spot is back (a spot instance of the pool launched after the fallback agent
+    was bought), requeued for the spot capacity the planner buys (on-demand again only after
     `on_demand_fallback_after`). Only when nothing of the pool waits, and only trials that run on
     one agent, have reported a checkpoint and have run there for 10 minutes; a moved trial is
     stopped as for a spot notice and resumes from its checkpoint. Applies without `consolidate`;
