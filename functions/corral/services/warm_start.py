@@ -22,7 +22,7 @@ from corral.domain.backoff import (
 )
 from corral.domain.errors import ConflictError, LaunchError
 from corral.domain.instance import Instance, InstanceState
-from corral.domain.records import Event, EventKind, PoolState
+from corral.domain.records import EventKind, PoolState
 from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import commit_one
 from corral.services.shared.instance_events import log_instance_event
@@ -137,5 +137,5 @@ def _back_to_pool(
         ctx.store.commit([back] if state is None else [back, state])
     except ConflictError:
         return  # it moved on (a duplicate delivery): that one decides
-    ctx.store.append_events([Event(now, kind, reason, pool=record.pool, instance_id=record.id)])
+    log_instance_event(ctx, record, kind, reason, now)
     wake_scheduler(ctx, f"warm start of {record.id} refused: plan elsewhere")
