@@ -110,3 +110,21 @@ def test_an_instance_of_a_pool_no_record_names_is_never_touched() -> None:
     run_reconcile(cluster.ctx)
     found = cluster.cloud.get(cloud_id)
     assert found is not None and not found.state.is_gone
+
+
+def test_a_warm_start_not_yet_attempted_for_a_removed_pool_is_terminated() -> None:
+    # Planned (STOPPED -> QUEUED) but the pool left the config before scale-up started it:
+    # the schedule pass sends it back to the warm pool, and the reaper, with no warm pool
+    # to keep it in, terminates it (its disks would bill for ever).
+    cluster = Cluster(make_pool(OD_1, warm_pool_size=1))
+    parked = park_one(cluster)
+    cluster.submit_scripted(Script(duration_s=300), name="second")
+    run_schedule_pass(cluster.ctx)  # the warm start is planned; its message is not delivered
+    assert record_of(cluster, parked.id).state is IS.QUEUED
+    remove_the_pool(cluster)
+
+    run_schedule_pass(cluster.ctx)
+    assert record_of(cluster, parked.id).state is IS.STOPPED
+    assert run_idle_reap(cluster.ctx).terminated == [parked.id]
+    found = cluster.cloud.get(parked.cloud_id or "")
+    assert found is not None and found.state.is_gone
