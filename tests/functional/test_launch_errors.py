@@ -245,3 +245,17 @@ def test_a_plan_larger_than_one_transaction_is_committed_in_chunks(corral: Corra
     # 2 launch chunks + 2 chunks of pending reasons (100 + 20); no write per trial.
     assert corral.calls["dynamodb.TransactWriteItems"] == 4
     assert corral.calls["dynamodb.PutItem"] == 0
+
+
+def test_an_error_that_changes_nothing_of_the_pool_does_not_rewrite_its_state(
+    corral: Corral,
+) -> None:
+    # An unknown error counts against the record's retries only: the pool's state item (and
+    # its version, which the schedule pass's plan commits are conditional on) stays as it is.
+    _plan(corral)
+    before = _stored_pool_item(POOL)
+    corral.fail_run_instances("InternalError")
+    assert _launch(corral) == {"batchItemFailures": []}
+    (record,) = corral.ctx.store.instances()
+    assert record.state is InstanceState.QUEUED and record.launch_failures == 1
+    assert _stored_pool_item(POOL) == before

@@ -147,7 +147,7 @@ def _on_error(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutco
     pool = ctx.pool(record.pool)
     assert pool is not None
     state = ctx.store.pool_state(record.pool)
-    new_state, action = pool_verdict(ctx, pool, record, error)
+    new_state, action = pool_verdict(ctx, pool, state, record, error)
     verdict = action.verdict
     if verdict is LaunchVerdict.RETRY_SAME_ATTEMPT:
         send(ctx.queue, [LaunchInstance.of(record)], delay_s=action.delay_s, dedupe=False)

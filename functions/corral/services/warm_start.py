@@ -100,7 +100,8 @@ def _refused(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutcom
         return _give_up(ctx, record, error)
     # Capacity and price: the offering is remembered as refused; quota and permission: the
     # pool backs off; unknown: counted against launch_error_retries.
-    new_state, action = pool_verdict(ctx, pool, record, error)
+    state = ctx.store.pool_state(record.pool)
+    new_state, action = pool_verdict(ctx, pool, state, record, error)
     if action.verdict is LaunchVerdict.FAIL_RECORD:
         return _give_up(ctx, record, error)
     failed = replace(
@@ -109,7 +110,8 @@ def _refused(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutcom
         last_error=str(error),
     )
     reason = f"{action.reason}: the instance stays in the warm pool"
-    _back_to_pool(ctx, failed, reason, new_state, launch_error_event(cls))
+    changed = new_state if new_state is not state else None
+    _back_to_pool(ctx, failed, reason, changed, launch_error_event(cls))
     return LaunchOutcome.WAITING
 
 

@@ -32,12 +32,14 @@ def launch_error_event(error_class: LaunchErrorClass) -> EventKind:
 
 
 def pool_verdict(
-    ctx: Context, pool: PoolPolicy, record: Instance, error: LaunchError
+    ctx: Context, pool: PoolPolicy, state: PoolState, record: Instance, error: LaunchError
 ) -> tuple[PoolState, LaunchErrorAction]:
     """What a refused launch or start of ``record`` means for its pool (the offering
-    remembered as refused, a backoff) and for the record (``corral.domain.backoff``)."""
+    remembered as refused, a backoff) and for the record (``corral.domain.backoff``).
+    ``state``: the pool's stored state; the same object comes back when the error changes
+    nothing of it, so the caller writes it only when it changed."""
     return on_launch_error(
-        ctx.store.pool_state(record.pool),
+        state,
         error.error_class,
         error.code,
         ctx.clock.now(),
