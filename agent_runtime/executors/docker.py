@@ -146,7 +146,7 @@ class DockerExecutor:
         c = self._config
         image = self.image_of(spec)
         env = dict(spec.env)
-        if image_pythonpath and env.get("PYTHONPATH") == HELPER_MOUNT:
+        if image_pythonpath and not _own_pythonpath(spec):
             # The trial set no PYTHONPATH of its own, so the image's applies (ENV
             # PYTHONPATH=/workspace is common): Docker replaces an image's variable by one
             # given at run instead of merging them, so the helper goes in front of it here.
@@ -224,7 +224,7 @@ class DockerExecutor:
             )
         # The image is pulled (if missing) to read its PYTHONPATH; the agent calls launch off
         # its loop.
-        own = spec.env.get("PYTHONPATH") != HELPER_MOUNT  # the experiment set its own
+        own = _own_pythonpath(spec)
         image_path = None if own else self.image_pythonpath(self.image_of(spec))
         kwargs = self.run_kwargs(spec, image_path)
         container = self._client.containers.run(**kwargs)
@@ -242,6 +242,12 @@ class DockerExecutor:
             reader.start()
             readers.append(reader)
         return DockerHandle(container, readers)
+
+
+def _own_pythonpath(spec: LaunchSpec) -> bool:
+    """Whether the experiment set a PYTHONPATH of its own (the agent's is the helper alone;
+    ``trial_env``), which then wins over the image's."""
+    return spec.env.get("PYTHONPATH") != HELPER_MOUNT
 
 
 def _pump(chunks: Iterable[bytes], stream: str, on_line: LineSink) -> None:
