@@ -155,6 +155,7 @@ def ec2_under_moto() -> Iterator[CloudHarness]:
         from moto import mock_aws
     except ImportError:  # pragma: no cover - the dev extra installs both
         pytest.skip("boto3/moto not installed")
+    from corral.adapters.aws import clients
     from corral.adapters.aws.ec2_provider import EC2_STATES, Ec2Provider
     from corral.domain.config.aws import AwsProvider
 
@@ -178,7 +179,9 @@ def ec2_under_moto() -> Iterator[CloudHarness]:
             }
         )
         provider = Ec2Provider(
-            dict.fromkeys(EC2_POOLS, block), client=ec2, api_url="https://api.example.com"
+            dict.fromkeys(EC2_POOLS, block),
+            client=clients.client("ec2", region_name="us-east-1"),  # as deployed: trimmed model
+            api_url="https://api.example.com",
         )
 
         def add_foreign(tags: Mapping[str, str]) -> str:

@@ -42,9 +42,9 @@ def moto_env() -> Iterator[None]:
 def dynamodb_client() -> Any:
     """The shared client; call inside ``moto_env()``."""
     if not _client:
-        import boto3
+        from corral.adapters.aws import clients  # as the store makes its own
 
-        _client.append(boto3.client("dynamodb", region_name="us-east-1"))
+        _client.append(clients.client("dynamodb", region_name="us-east-1"))
     return _client[0]
 
 

@@ -27,6 +27,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from corral.adapters.aws import clients
 from corral.adapters.aws.dynamo_schema import create_tables
 from corral.adapters.memory import FakeClock
 from corral.domain.config import ExperimentConfig
@@ -306,7 +307,10 @@ def corral(monkeypatch: pytest.MonkeyPatch) -> Iterator[Corral]:
         # Real time as the start: moto stamps LaunchTime with the wall clock, and the
         # reconciler compares it with the Context's clock.
         clock = FakeClock(start=time.time())
-        aws = {name: boto3.client(name, region_name=REGION) for name in ("dynamodb", "ec2", "sqs")}
+        # The Context's clients as deployed ones are made: over the trimmed service models.
+        aws = {
+            name: clients.client(name, region_name=REGION) for name in ("dynamodb", "ec2", "sqs")
+        }
         ctx = composition.context_from_env(env, clock=clock, clients=aws)
         corral = Corral(ctx, clock, ec2, sqs, image, subnet, urls, aws=aws, env=env)
         _count_calls(corral)

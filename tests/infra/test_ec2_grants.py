@@ -18,7 +18,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from corral.adapters.aws import clients
 from corral.adapters.aws.ec2_provider import Ec2Provider
+from corral.adapters.aws.service_models import OPERATIONS
 from corral.domain.config.aws import AwsProvider
 from corral.domain.offerings import CapacityType, Offering
 from corral.ports.cloud import LaunchRequest
@@ -51,9 +53,11 @@ class Recorder:
             {"type": "aws", "region": "us-east-1", "image_id": self.image, "spot": True}
             | {"tag_key": KEY, "tag_value": VALUE}
         )
-        self.provider = Ec2Provider({"gpu": block}, client=self.ec2, api_url="https://a")
+        # The provider's client is made as deployed ones are: over the trimmed EC2 model.
+        self.client: Any = clients.client("ec2", region_name="us-east-1")
+        self.provider = Ec2Provider({"gpu": block}, client=self.client, api_url="https://a")
         self.sent: set[str] = set()
-        self.ec2.meta.events.register("before-call.ec2", self._record)
+        self.client.meta.events.register("before-call.ec2", self._record)
 
     def _record(self, model: Any, **_: Any) -> None:
         self.sent.add(f"ec2:{model.name}")
@@ -78,7 +82,7 @@ class Recorder:
                     if instance["InstanceId"] == cloud_id:
                         instance["SpotInstanceRequestId"] = request
 
-        self.ec2.meta.events.register("after-call.ec2.DescribeInstances", pin)
+        self.client.meta.events.register("after-call.ec2.DescribeInstances", pin)
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +92,14 @@ def calls() -> Iterator[dict[str, set[str]]]:
         offering = Offering("g5.xlarge", "us-east-1", CapacityType.SPOT, 1, 0.4)
         request = LaunchRequest("rec-1", "gpu", offering, "rec-1-a0", stoppable=True)
         found: dict[str, set[str]] = {"launch": rec.calls(lambda: rec.provider.launch(request))}
-        (instance,) = rec.provider.list_owned()
+        owned: list[Any] = []
+        found["list_owned"] = rec.calls(lambda: owned.extend(rec.provider.list_owned()))
+        (instance,) = owned
         cloud_id = instance.cloud_id
         found["stop"] = rec.calls(lambda: rec.provider.stop([cloud_id]))
         found["start"] = rec.calls(lambda: rec.provider.start(cloud_id, "rec-1-a1"))
         rec.pin_spot_request(cloud_id)
+        found["list_spot_requests"] = rec.calls(rec.provider.list_spot_requests)
         found["terminate"] = rec.calls(lambda: rec.provider.terminate([cloud_id]))
         yield found
 
@@ -101,6 +108,13 @@ def test_the_recording_sees_each_methods_calls(calls: dict[str, set[str]]) -> No
     assert calls["stop"] == {"ec2:DescribeInstances", "ec2:StopInstances"}
     assert calls["start"] == {"ec2:DescribeInstances", "ec2:StartInstances"}
     assert "ec2:CancelSpotInstanceRequests" in calls["terminate"]
+
+
+def test_every_call_is_in_the_trimmed_ec2_model(calls: dict[str, set[str]]) -> None:
+    sent = set().union(*calls.values())
+
+    assert sent <= {f"ec2:{operation}" for operation in OPERATIONS["ec2"]}
+    assert {"ec2:RunInstances", "ec2:DescribeSpotInstanceRequests"} <= sent
 
 
 @pytest.mark.parametrize("method", sorted(USED_BY))

@@ -85,9 +85,9 @@ class DynamoStore:
     @property
     def client(self) -> Any:
         if self._client is None:
-            import boto3  # type: ignore[import-untyped]  # lazily: keeps cold starts fast
+            from corral.adapters.aws import clients  # lazily: keeps cold starts fast
 
-            self._client = boto3.client("dynamodb")
+            self._client = clients.client("dynamodb")
         return self._client
 
     def table(self, kind: str) -> str:

@@ -308,12 +308,13 @@ class Ec2Provider:
         if self._client is not None:
             return self._client
         if region not in self._clients:
-            import boto3  # type: ignore[import-untyped]
             from botocore.config import Config  # type: ignore[import-untyped]
+
+            from corral.adapters.aws import clients
 
             # Standard retries re-send throttled calls with the same ClientToken: safe.
             config = Config(retries={"mode": "standard", "max_attempts": 5})
-            self._clients[region] = boto3.client("ec2", region_name=region, config=config)
+            self._clients[region] = clients.client("ec2", region_name=region, config=config)
         return self._clients[region]
 
     def _describe_instances(

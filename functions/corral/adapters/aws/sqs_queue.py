@@ -96,9 +96,9 @@ class SqsQueue:
     @property
     def client(self) -> Any:
         if self._client is None:
-            import boto3  # type: ignore[import-untyped]  # lazily: keeps cold starts fast
+            from corral.adapters.aws import clients  # lazily: keeps cold starts fast
 
-            self._client = boto3.client("sqs")
+            self._client = clients.client("sqs")
         return self._client
 
     def send(self, queue: QueueName, messages: Sequence[Message]) -> None:

@@ -127,9 +127,9 @@ def cluster_config(env: Mapping[str, str], read_parameter: ParameterReader) -> C
 
 
 def _read_ssm_parameter(name: str) -> str:
-    import boto3  # type: ignore[import-untyped]  # lazily: SSM costs only when read
+    from corral.adapters.aws import clients  # lazily: SSM costs only when read
 
-    response = boto3.client("ssm").get_parameter(Name=name, WithDecryption=True)
+    response = clients.client("ssm").get_parameter(Name=name, WithDecryption=True)
     return str(response["Parameter"]["Value"])
 
 
