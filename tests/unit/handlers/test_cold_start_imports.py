@@ -10,17 +10,25 @@ import sys
 
 import pytest
 
-# Powertools' batch utility (asyncio and its parser models), the experiment models, and
-# Powertools' OpenAPI models (needed only to build /openapi.json).
+# Powertools' batch utility (asyncio and its parser models), its event data classes (the
+# package imports every event source's), the experiment models, and Powertools' OpenAPI
+# models (needed only to build /openapi.json).
 NOT_ON_THE_COLD_PATH = (
     "aws_lambda_powertools.utilities.batch",
+    "aws_lambda_powertools.utilities.data_classes",
     "asyncio",
     "corral.domain.config.experiment",
     "corral.domain.config.hyperparameters",
     "aws_lambda_powertools.event_handler.openapi.models",
 )
-# The API serves experiments, so it needs their models; Powertools' resolver imports asyncio.
-API_NEEDS = ("corral.domain.config.experiment", "corral.domain.config.hyperparameters", "asyncio")
+# The API serves experiments, so it needs their models; Powertools' resolver imports asyncio
+# and its HTTP event's data class.
+API_NEEDS = (
+    "corral.domain.config.experiment",
+    "corral.domain.config.hyperparameters",
+    "asyncio",
+    "aws_lambda_powertools.utilities.data_classes",
+)
 
 
 def _imported(module: str) -> tuple[set[str], list[int]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from corral.adapters.aws.sqs_queue import parse_sqs_body
@@ -20,7 +19,7 @@ from corral.handlers.aws import composition
 from corral.handlers.aws.cold_start import settles_after
 from corral.handlers.aws.metrics import LaunchErrorTap, launch_figures, publish
 from corral.handlers.aws.observability import count, make_logger, make_metrics
-from corral.handlers.aws.sqs_batch import partial_batch_response
+from corral.handlers.aws.sqs_batch import SqsRecord, partial_batch_response
 from corral.ports.commands import MalformedCommand, parse
 from corral.services.dispatch import dispatch
 
@@ -28,7 +27,7 @@ logger = make_logger("scale_up")
 metrics = make_metrics("scale_up")
 
 
-def record_handler(record: SQSRecord) -> str:
+def record_handler(record: SqsRecord) -> str:
     logger.set_correlation_id(record.message_id)
     try:
         command = parse(parse_sqs_body(record.body))

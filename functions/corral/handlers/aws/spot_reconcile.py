@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from corral.adapters.aws.events import (
@@ -31,7 +30,7 @@ from corral.handlers.aws import composition
 from corral.handlers.aws.cold_start import settles_after
 from corral.handlers.aws.metrics import publish, reconcile_figures
 from corral.handlers.aws.observability import count, is_sqs_batch, make_logger, make_metrics
-from corral.handlers.aws.sqs_batch import partial_batch_response
+from corral.handlers.aws.sqs_batch import SqsRecord, partial_batch_response
 from corral.services.interruptions import NoticeKind, on_cloud_state, on_interruption_notice
 from corral.services.reconcile import run_reconcile
 
@@ -40,7 +39,7 @@ metrics = make_metrics("spot_reconcile")
 _LOGGED_BODY_CHARS = 4096  # EC2 events are well under 1 KB; enough to see what came
 
 
-def record_handler(record: SQSRecord) -> str:
+def record_handler(record: SqsRecord) -> str:
     try:
         return _apply(record)
     except Exception:
@@ -49,7 +48,7 @@ def record_handler(record: SQSRecord) -> str:
         raise
 
 
-def _apply(record: SQSRecord) -> str:
+def _apply(record: SqsRecord) -> str:
     logger.set_correlation_id(record.message_id)
     try:
         event = parse_event(record.body)
