@@ -16,12 +16,17 @@ discarded, because it pays for what no deployed cold start pays: moto creating a
 backend on its first request (the first ``DescribeInstances`` took 0.35 s, later ones
 0.006 s) and the OS page cache reading each library's files from disk.
 
-Run: ``python benchmarks/cold_start.py [--runs N] [--floor]`` (about a minute).
+Run: ``python benchmarks/cold_start.py [--runs N] [--floor] [--against DIR]`` (about a minute).
 
 ``--floor`` adds, in the same rounds, what any function of this design pays before doing its
 own work, one cost at a time on top of the baseline: the SSM client and read, Powertools'
 Logger and Metrics, pydantic and PyYAML, then Corral's config models validating the config
 (printed below the handlers; docs/benchmarks.md reads the gap from it).
+
+``--against DIR`` times each handler a second time in the same rounds from another
+checkout's ``functions/`` (``git worktree add /tmp/before main``, then ``--against
+/tmp/before/functions``) and prints the median of the paired ratios: how a change moved each
+handler, with the load of each round on both sides.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ TEMPLATE = REPO / "infra" / "template.yaml"
 CONFIG = REPO / "examples" / "cluster.yaml"
 PARAMETER = "/corral/bench/cluster-config"
 BUDGET = 1.5  # x the baseline: the bar every handler must meet
+AGAINST = "against: "  # probe names of --against
 
 # The child: everything after the interpreter is up is the cold start we measure.
 HANDLER_PROBE = """
@@ -205,8 +211,10 @@ def run_child(args: list[str], env: dict[str, str]) -> tuple[float, bool]:
     return float(seconds), boto3 == "1"
 
 
-def medians(runs: int, probes: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str, float]:
-    """The median seconds of each probe over ``runs`` interleaved rounds, after one discarded
+def samples(
+    runs: int, probes: dict[str, tuple[list[str], dict[str, str]]]
+) -> dict[str, list[float]]:
+    """The seconds of each probe in each of ``runs`` interleaved rounds, after one discarded
     warm-up round (see the module docstring)."""
     seconds: dict[str, list[float]] = {name: [] for name in probes}
     for round_ in range(runs + 1):
@@ -214,30 +222,72 @@ def medians(runs: int, probes: dict[str, tuple[list[str], dict[str, str]]]) -> d
             value, _ = run_child(args, env)
             if round_ > 0:
                 seconds[name].append(value)
-    return {name: statistics.median(values) for name, values in seconds.items()}
+    return seconds
+
+
+def paired_ratio(after: list[float], before: list[float]) -> float:
+    """The median over rounds of after / before measured in the same round: a burst of load
+    hits both sides of a pair, so this moves less than a ratio of two medians."""
+    return statistics.median(a / b for a, b in zip(after, before, strict=True))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--floor", action="store_true", help="also time the floor (see above)")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout's functions/ directory: each handler is also timed from it in"
+        " the same rounds, and the paired ratio printed (for before/after figures)",
+    )
+    parser.add_argument(
+        "--package",
+        action="store_true",
+        help="time each handler from the deployment package as functions/Makefile builds it"
+        " (compiled .pyc) against the same package without bytecode (sam's pip workflow)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="corral-cold-") as tmp:
+        code, against, no_bytecode = REPO / "functions", args.against, False
+        if args.package:
+            from deploy_package import build
+
+            code, against = build(Path(tmp) / "package")
+            no_bytecode = True  # /var/task is read-only: nothing compiled at run time is kept
         server = MotoServer(Path(tmp) / "moto.log")
         server.start()
         try:
-            return _measure(server.endpoint, Path(tmp), args.runs, floor=args.floor)
+            return _measure(
+                server.endpoint,
+                Path(tmp),
+                args.runs,
+                floor=args.floor,
+                code=code,
+                against=against,
+                no_bytecode=no_bytecode,
+            )
         finally:
             server.stop()
 
 
-def _measure(endpoint: str, tmp: Path, runs: int, *, floor: bool = False) -> int:
+def _measure(
+    endpoint: str,
+    tmp: Path,
+    runs: int,
+    *,
+    floor: bool = False,
+    code: Path = REPO / "functions",
+    against: Path | None = None,
+    no_bytecode: bool = False,
+) -> int:
     import boto3
 
     base_env = {
         **aws_env(endpoint),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(REPO / "functions"),
+        "PYTHONPATH": str(code),
+        "PYTHONDONTWRITEBYTECODE": "1" if no_bytecode else "",
         "POWERTOOLS_SERVICE_NAME": "corral",
         "POWERTOOLS_METRICS_NAMESPACE": "Corral",
         "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
@@ -262,11 +312,18 @@ def _measure(endpoint: str, tmp: Path, runs: int, *, floor: bool = False) -> int
         env.pop("CORRAL_TAG_VALUE", None)
         path = tmp / f"{logical_id}.json"
         path.write_text(json.dumps(event))
-        probes[spec.handler.rsplit(".", 1)[0]] = ([HANDLER_PROBE, spec.handler, str(path)], env)
+        name = spec.handler.rsplit(".", 1)[0]
+        probes[name] = ([HANDLER_PROBE, spec.handler, str(path)], env)
+        if against is not None:
+            probes[f"{AGAINST}{name}"] = (
+                [HANDLER_PROBE, spec.handler, str(path)],
+                {**env, "PYTHONPATH": str(against.resolve())},
+            )
     if floor:
-        for name, code in FLOOR_STEPS.items():
-            probes[name] = ([floor_probe(code), table, PARAMETER], base_env)
-    result = medians(runs, probes)
+        for name, step in FLOOR_STEPS.items():
+            probes[name] = ([floor_probe(step), table, PARAMETER], base_env)
+    measured = samples(runs, probes)
+    result = {name: statistics.median(values) for name, values in measured.items()}
     baseline = result.pop("baseline")
     print(
         f"cold start to the first handled event, median of {runs} interleaved rounds of fresh"
@@ -277,7 +334,7 @@ def _measure(endpoint: str, tmp: Path, runs: int, *, floor: bool = False) -> int
     worst = 0.0
     for name, seconds in result.items():
         ratio = seconds / baseline
-        if name in FLOOR_STEPS:
+        if name in FLOOR_STEPS or name.startswith(AGAINST):
             continue
         worst = max(worst, ratio)
         verdict = "ok" if ratio <= BUDGET else f"over {BUDGET}x"
@@ -285,6 +342,14 @@ def _measure(endpoint: str, tmp: Path, runs: int, *, floor: bool = False) -> int
     for name in FLOOR_STEPS:
         if name in result:
             print(f"{name:34} {result[name]:8.3f} {result[name] / baseline:10.2f}")
+    if against is not None:
+        print(f"against {against}: paired ratio this tree / that tree, median of {runs} rounds")
+        for name in [n for n in result if n.startswith("corral.")]:
+            other = measured[f"{AGAINST}{name}"]
+            print(
+                f"{name:34} {paired_ratio(measured[name], other):8.3f}"
+                f" (that tree: {statistics.median(other) / baseline:.2f} x baseline)"
+            )
     print(f"worst: {worst:.2f}x the baseline (bar: {BUDGET}x)")
     return 0
 
