@@ -155,7 +155,7 @@ def main() -> int:
             client = ApiClient(Endpoint(url, token))
             samples = measure(client, args.runs)
         finally:
-            down = corral_cli(state.root, "dev", "down")
+            down = corral_cli(state.root, "dev", "down", "--force")  # its trials never end
             left = stack_processes(state, stack_pid)
             print(f"stack down: {down.stdout.strip()}; processes left: {left or 'none'}")
         report(samples)

@@ -84,7 +84,7 @@ def running_stack(state_dir: Path) -> Iterator[Path]:
     finally:
         pid = StateDir(state_dir).running_pid()
         if pid is not None:
-            corral(state_dir, "dev", "down")
+            corral(state_dir, "dev", "down", "--force")  # whatever the test left running
             if pid_alive(pid):  # the CLI itself failed: stop the stack (and its tree) directly
                 stop_tree(pid, grace_s=10.0)
 

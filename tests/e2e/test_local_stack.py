@@ -1,7 +1,8 @@
 """The local stack end to end, driven as a user drives it: the ``corral`` CLI in subprocesses.
 
 ``corral dev up --detach`` (its own state dir, timers 4x faster), submit the example grid,
-see instances in moto carrying the ownership tags, interrupt one busy spot instance, see the
+see ``corral dev down`` refuse while it runs, see instances in moto carrying the ownership
+tags, interrupt one busy spot instance, see the
 interrupted trial resume from its checkpoint on another instance, see every trial complete
 and the instance count return to ``min_instances`` (0), ``corral dev down``, and check that
 no process is left behind. Every wait is a bounded poll.
@@ -50,6 +51,13 @@ def test_grid_survives_a_spot_interruption_and_scales_back_to_zero(stack: Path) 
     created = corral_json(state_dir, "experiment", "create", "examples/grid.yaml")
     experiment_id = created["id"]
     assert created["trial_count"] == 4
+
+    # Stopping the stack now would lose the experiment: refused, one line, nothing stopped.
+    refused = corral(state_dir, "dev", "down")
+    assert refused.returncode != 0
+    assert experiment_id in refused.stderr and "--force" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert corral_json(state_dir, "dev", "status")["running"]
 
     # Instances appear in moto, tagged as Corral's.
     instances = wait_for(

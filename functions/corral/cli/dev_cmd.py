@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from corral.cli import render
-from corral.cli.client import ApiClient, CliError, check_url, resolve_endpoint
+from corral.cli.client import EXIT_USAGE, ApiClient, CliError, check_url, resolve_endpoint
 from corral.local.state import STATE_ENV, StateDir, pid_alive
 
 app = typer.Typer(
@@ -152,13 +152,24 @@ def _run_foreground(
 
 
 @app.command("down")
-def down(timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 30.0) -> None:
-    """Stop the local stack and every process it started."""
+def down(
+    timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 30.0,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Stop even while experiments run (they are lost)."),
+    ] = False,
+) -> None:
+    """Stop the local stack and every process it started.
+
+    The stack keeps its state (experiments, trials, instances) only while it runs, so it
+    refuses to stop while an experiment is still active, unless --force."""
     from corral.local.proctree import stop_tree
 
     with render.guard():
         state = _state()
         pid = state.running_pid()
+        if pid is not None and not force:
+            _refuse_while_active(state)
         if pid is not None:
             os.kill(pid, 15)
             deadline = time.monotonic() + timeout
@@ -175,6 +186,32 @@ def down(timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 30.0
             render.console.print("no local stack is running")
         else:
             render.console.print("local stack stopped")
+
+
+def _refuse_while_active(state: StateDir) -> None:
+    """Stopping the stack forgets every experiment: refuse while one is ACTIVE. A stack whose
+    API does not answer cannot be asked, and must still be stoppable; a refused request
+    (4xx) is this command's bug and says so."""
+    try:
+        reply = ApiClient(resolve_endpoint(state.endpoint(), state), timeout_s=5.0).get(
+            "/experiments", {"limit": 500}
+        )
+    except CliError as exc:
+        if exc.exit_code == EXIT_USAGE:
+            raise
+        return
+    experiments = reply.get("experiments") if isinstance(reply, dict) else None
+    active = [
+        f"{e.get('id')} ({e.get('name')})"
+        for e in experiments or []
+        if isinstance(e, dict) and e.get("state") == "ACTIVE"
+    ]
+    if active:
+        shown = ", ".join(active[:3]) + (f" and {len(active) - 3} more" if len(active) > 3 else "")
+        raise CliError(
+            f"{len(active)} experiment(s) still active: {shown}. The local stack keeps them only "
+            "while it runs; wait for them, kill them (corral experiment kill ID), or pass --force"
+        )
 
 
 @app.command("status")
