@@ -146,6 +146,16 @@ def install_capacity_faults(state: StateDir, events: Any) -> None:
     events.register("before-call.ec2.RunInstances", capacity_hook(state), unique_id="corral-cap")
 
 
+def install_handler_capacity_faults(state: StateDir) -> None:
+    """On the session the handlers' adapters make their clients from
+    (``corral.adapters.aws.clients``), made afresh from the environment as it is now: the EC2
+    provider's launches then meet ``corral dev capacity``'s refusals."""
+    from corral.adapters.aws import clients
+
+    clients.reset()
+    install_capacity_faults(state, clients.session().events)
+
+
 # ---- interruptions --------------------------------------------------------------------
 def interrupt(state: StateDir, session: Any, instance_id: str, notice_s: float) -> float:
     """Send the warning both ways and schedule the termination; returns its epoch time."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from corral.domain.config import load_cluster_config
 from corral.local import moto_server, users
-from corral.local.faults import install_capacity_faults
+from corral.local.faults import install_capacity_faults, install_handler_capacity_faults
 from corral.local.http_shim import HttpShim
 from corral.local.instance_emulator import EmulatorSettings, InstanceEmulator
 from corral.local.lambda_host import FunctionHost, FunctionOutput
@@ -142,8 +142,10 @@ class DevStack:
         boto3.setup_default_session()
         session = boto3.DEFAULT_SESSION
         assert session is not None
-        # Clients made from here on (the EC2 provider's among them) inherit the hook.
+        # Clients made from here on inherit the hook: the stack's own, and the handlers'
+        # (their adapters make clients from a session of their own).
         install_capacity_faults(self.state, session.events)
+        install_handler_capacity_faults(self.state)
         self.resources = create_from_template(self.options.template, session)
         for warning in self.resources.warnings:
             log.warning("template: %s", warning)

@@ -74,3 +74,30 @@ def test_state_children_and_files(tmp_path: Path) -> None:
     assert state.endpoint() == "http://x" and state.running_pid() is None
     state.clear_runtime_files()
     assert state.endpoint() is None and state.children() == []
+
+
+def test_the_handlers_launches_meet_the_capacity_faults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stack's handlers launch through an EC2 provider made without a client (as
+    # composition makes it): its client comes from the adapters' own session.
+    from moto import mock_aws
+
+    from corral.adapters.aws.ec2_provider import Ec2Provider
+    from corral.domain.config.aws import AwsProvider
+    from corral.domain.errors import LaunchError
+    from corral.domain.offerings import CapacityType, Offering
+    from corral.ports.cloud import LaunchRequest
+
+    use_moto_env(monkeypatch)
+    state = StateDir(tmp_path)
+    faults.set_unavailable(state, "g5.xlarge:spot")
+    with mock_aws():
+        faults.install_handler_capacity_faults(state)
+        block = AwsProvider.model_validate(
+            {"type": "aws", "region": "us-east-1", "image_id": "ami-12345678", "spot": True}
+        )
+        provider = Ec2Provider({"gpu": block}, api_url="https://a")
+        spot = Offering("g5.xlarge", "us-east-1", CapacityType.SPOT, 1, 0.4)
+        with pytest.raises(LaunchError, match="InsufficientInstanceCapacity"):
+            provider.launch(LaunchRequest("rec-1", "gpu", spot, "rec-1-a0"))
