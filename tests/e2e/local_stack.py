@@ -21,9 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
-def corral(state_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CORRAL_DEV_DIR": str(state_dir), "COLUMNS": "200"}
-    env.pop("CORRAL_ENDPOINT", None)
+def corral(
+    state_dir: Path, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    base = {**os.environ, "CORRAL_DEV_DIR": str(state_dir), "COLUMNS": "200"}
+    base.pop("CORRAL_ENDPOINT", None)
+    env = {**base, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "corral.cli.main", *args],
         cwd=ROOT,

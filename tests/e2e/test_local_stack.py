@@ -52,8 +52,9 @@ def test_grid_survives_a_spot_interruption_and_scales_back_to_zero(stack: Path) 
     experiment_id = created["id"]
     assert created["trial_count"] == 4
 
-    # Stopping the stack now would lose the experiment: refused, one line, nothing stopped.
-    refused = corral(state_dir, "dev", "down")
+    # Stopping the stack now would lose the experiment: refused, one line, nothing stopped;
+    # asked with the stack's own token (a CORRAL_TOKEN left from an earlier run is stale).
+    refused = corral(state_dir, "dev", "down", env={"CORRAL_TOKEN": "left-from-an-earlier-run"})
     assert refused.returncode != 0
     assert experiment_id in refused.stderr and "--force" in refused.stderr
     assert "Traceback" not in refused.stderr

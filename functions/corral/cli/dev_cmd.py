@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from corral.cli import render
-from corral.cli.client import EXIT_USAGE, ApiClient, CliError, check_url, resolve_endpoint
+from corral.cli.client import ApiClient, CliError, Endpoint, check_url, resolve_endpoint
 from corral.local.state import STATE_ENV, StateDir, pid_alive
 
 app = typer.Typer(
@@ -189,16 +189,21 @@ def down(
 
 
 def _refuse_while_active(state: StateDir) -> None:
-    """Stopping the stack forgets every experiment: refuse while one is ACTIVE. A stack whose
-    API does not answer cannot be asked, and must still be stoppable; a refused request
-    (4xx) is this command's bug and says so."""
+    """Stopping the stack forgets every experiment: refuse while one is ACTIVE. Asks this
+    stack's own API with its own token (never CORRAL_ENDPOINT or CORRAL_TOKEN, which may
+    name another cluster or a token of an earlier run). A stack that cannot be asked (still
+    starting, hung, crashed) must still be stoppable: say so and go on."""
+    url = state.endpoint()
+    if not url:
+        return
     try:
-        reply = ApiClient(resolve_endpoint(state.endpoint(), state), timeout_s=5.0).get(
+        reply = ApiClient(Endpoint(url, state.token()), timeout_s=5.0).get(
             "/experiments", {"limit": 500}
         )
     except CliError as exc:
-        if exc.exit_code == EXIT_USAGE:
-            raise
+        render.err_console.print(
+            f"could not list the stack's experiments ({exc.message}); stopping it"
+        )
         return
     experiments = reply.get("experiments") if isinstance(reply, dict) else None
     active = [
