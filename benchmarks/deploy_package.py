@@ -73,9 +73,9 @@ def build(dest: Path) -> tuple[Path, Path]:
             "-f",
             str(MAKEFILE),
             "package",
-            f"PYTHON={sys.executable}",
-            f"RUNTIME_VERSION={version}",
-            "INSTALL_DEPS=true",  # copied above
+            f"LAMBDA_PYTHON={sys.executable}",
+            f"LAMBDA_PYTHON_VERSION={version}",
+            "CORRAL_INSTALL_DEPS=true",  # copied above
         ],
         env={**os.environ, "ARTIFACTS_DIR": str(compiled)},
         check=True,

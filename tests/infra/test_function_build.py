@@ -3,7 +3,7 @@ the code copied without the developer's caches, and every module compiled to a h
 .pyc the runtime uses without reading the source.
 
 The dependency step (pip downloading wheels for the Lambda platform) needs PyPI, so these
-tests replace it (``INSTALL_DEPS=true``) and compile with this interpreter; the version guard
+tests replace it (``CORRAL_INSTALL_DEPS=true``) and compile with this interpreter; the version guard
 is tested on its own.
 """
 
@@ -34,7 +34,11 @@ def _functions() -> dict[str, dict[str, object]]:
 
 
 def _make(target: str, artifacts: Path, **overrides: str) -> subprocess.CompletedProcess[str]:
-    settings = {"PYTHON": sys.executable, "RUNTIME_VERSION": HERE, "INSTALL_DEPS": "true"}
+    settings = {
+        "LAMBDA_PYTHON": sys.executable,
+        "LAMBDA_PYTHON_VERSION": HERE,
+        "CORRAL_INSTALL_DEPS": "true",
+    }
     args = [f"{k}={v}" for k, v in (settings | overrides).items()]
     return subprocess.run(
         ["make", "--no-print-directory", "-f", str(MAKEFILE), target, *args],
@@ -44,6 +48,18 @@ def _make(target: str, artifacts: Path, **overrides: str) -> subprocess.Complete
         timeout=300,
         check=False,
     )
+
+
+def test_the_makefile_builds_for_the_templates_runtime_and_architecture() -> None:
+    globals_ = parse_template(TEMPLATE.read_text())["Globals"]["Function"]
+    text = MAKEFILE.read_text()
+    (arch,) = globals_["Architectures"]
+    platform = {"arm64": "manylinux2014_aarch64", "x86_64": "manylinux2014_x86_64"}[arch]
+    version = globals_["Runtime"].removeprefix("python")
+
+    assert f"LAMBDA_PLATFORM ?= {platform}\n" in text
+    assert f"LAMBDA_PYTHON_VERSION ?= {version}\n" in text
+    assert f"LAMBDA_PYTHON ?= python{version}\n" in text
 
 
 def test_every_function_is_built_by_the_makefile() -> None:
@@ -122,7 +138,7 @@ def test_the_runtime_imports_the_pyc_without_reading_the_source(built: Path) -> 
 
 
 def test_another_python_is_refused_with_a_reason(tmp_path: Path) -> None:
-    done = _make("build-ApiFunction", tmp_path, RUNTIME_VERSION="3.99")
+    done = _make("build-ApiFunction", tmp_path, LAMBDA_PYTHON_VERSION="3.99")
 
     assert done.returncode != 0
     assert f"is Python {HERE}: the .pyc must be compiled by the runtime's Python, 3.99" in (
