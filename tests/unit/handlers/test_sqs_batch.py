@@ -88,3 +88,17 @@ def test_an_exception_that_is_not_an_error_propagates() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         partial_batch_response({"Records": [_record("a", "x")]}, stop)
+
+
+def test_a_record_without_a_body_fails_only_itself_as_in_powertools() -> None:
+    broken = _record("m-1", "x")
+    del broken["body"]
+    event = {"Records": [_record("m-0", "ok"), broken, _record("m-2", "ok")]}
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+    expected = process_partial_response(
+        event=event, record_handler=_handler([]), processor=processor
+    )
+
+    assert partial_batch_response(event, _handler([])) == expected
+    assert expected == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}

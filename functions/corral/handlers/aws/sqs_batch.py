@@ -40,9 +40,8 @@ def partial_batch_response(
         raise ValueError("not an SQS batch: the event has no Records")
     failures: list[dict[str, str]] = []
     for raw in records:
-        record = SqsRecord.from_event(raw)
         try:
-            record_handler(record)
+            record_handler(SqsRecord.from_event(raw))
         except Exception:  # the handler logged why; SQS redelivers just this record
-            failures.append({"itemIdentifier": record.message_id})
+            failures.append({"itemIdentifier": str(raw.get("messageId", ""))})
     return {"batchItemFailures": failures}
