@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from corral.adapters.memory import SimulatedCloud, SimulatedCloudConfig
+from corral.api import views
 from corral.domain import reconcile_decisions as rd
 from corral.domain.cost import instance_cost_usd
 from corral.domain.errors import LaunchError, LaunchErrorClass
@@ -134,20 +135,38 @@ def test_the_reaper_stops_an_idle_agent_into_the_warm_pool() -> None:
     assert events(cluster, EventKind.INSTANCE_TERMINATED, parked.id) == []
 
 
-def test_parking_closes_the_run_s_spend_once() -> None:
-    cluster = cluster_with()
+DISK = 0.05  # USD an hour: one instance's disks
+
+
+def disks_usd(record: Instance, now: float) -> float:
+    assert record.disk_since is not None
+    end = record.terminated_at if record.terminated_at is not None else now
+    return (end - record.disk_since) / 3600.0 * DISK
+
+
+def test_parking_closes_the_runs_compute_once_and_its_disks_bill_on() -> None:
+    cluster = cluster_with(disk_hourly_usd=DISK)
     parked = park_one(cluster)
     assert parked.launched_at is not None and parked.stopped_at is not None
+    assert parked.disk_since == parked.launched_at
     run_usd = (parked.stopped_at - parked.launched_at) / 3600.0 * OD_1.hourly_price
     state = cluster.store.pool_state("gpu")
-    assert state.closed_spend_usd == pytest.approx(run_usd)
+    assert state.closed_spend_usd == pytest.approx(run_usd)  # the compute only
     assert parked.closed_usd == pytest.approx(run_usd)  # the record remembers its runs
-    # Nothing is added on top, however long it stays stopped.
+    # Stopped, only its disks add up, however long it stays.
     cluster.clock.advance(5000)
     now = cluster.clock.now()
-    assert instance_cost_usd(record_of(cluster, parked.id), now) == pytest.approx(run_usd)
-    assert pool_month_to_date(state, cluster.instances(), now) == pytest.approx(run_usd)
-    # Nor do later passes.
+    record = record_of(cluster, parked.id)
+    expected = run_usd + disks_usd(record, now)
+    assert instance_cost_usd(record, now, DISK) == pytest.approx(expected)
+    assert pool_month_to_date(state, cluster.instances(), now, DISK) == pytest.approx(expected)
+    # What `corral agent list` and `corral pool list` show.
+    (shown,) = views.list_instances(cluster.ctx).instances
+    assert shown.state == "STOPPED" and shown.cost_usd == pytest.approx(expected)
+    (pool,) = views.list_pools(cluster.ctx).pools
+    assert pool.budget.spent_usd == pytest.approx(expected)
+    assert pool.budget.hourly_burn_usd == pytest.approx(DISK)
+    # Later passes close nothing more.
     run_reconcile(cluster.ctx)
     run_idle_reap(cluster.ctx)
     assert cluster.store.pool_state("gpu").closed_spend_usd == pytest.approx(run_usd)
@@ -176,12 +195,14 @@ def assert_both_runs_closed(cluster: Cluster, first_usd: float, again: Instance)
     assert state.closed_spend_usd == pytest.approx(first_usd + second_usd)
     assert again.closed_usd == pytest.approx(first_usd + second_usd)
     now = cluster.clock.now()
-    total = pool_month_to_date(state, cluster.instances(), now)
-    assert total == pytest.approx(first_usd + second_usd)
+    # The disks since the first launch, once: a warm start does not start them again.
+    assert again.disk_since is not None and again.disk_since < again.launched_at
+    total = pool_month_to_date(state, cluster.instances(), now, DISK)
+    assert total == pytest.approx(first_usd + second_usd + disks_usd(again, now))
 
 
 def test_a_second_stop_closes_the_second_run() -> None:
-    cluster = cluster_with()
+    cluster = cluster_with(disk_hourly_usd=DISK)
     parked = park_one(cluster)
     first_usd = cluster.store.pool_state("gpu").closed_spend_usd
     assert_both_runs_closed(cluster, first_usd, second_life(cluster, parked, 600.0))
@@ -191,7 +212,7 @@ def test_a_run_started_in_the_same_second_as_the_stop_is_still_billed() -> None:
     # Demand arriving in the very pass that parked the agent (the simulator's grid, a fast
     # API): its launch time equals the stop time, and the run must not be taken for the
     # parked one.
-    cluster = cluster_with()
+    cluster = cluster_with(disk_hourly_usd=DISK)
     parked = park_one(cluster)
     first_usd = cluster.store.pool_state("gpu").closed_spend_usd
     assert_both_runs_closed(cluster, first_usd, second_life(cluster, parked, 0.0))
@@ -206,16 +227,25 @@ def test_without_a_warm_pool_the_idle_agent_is_terminated() -> None:
     assert record_of(cluster, record.id).state is IS.TERMINATED
 
 
-def test_an_expired_stopped_instance_is_terminated_and_its_spend_not_closed_again() -> None:
-    cluster = cluster_with(max_stopped_s=3600.0)
+def test_an_expired_stopped_instance_is_terminated_and_only_its_disks_are_closed() -> None:
+    cluster = cluster_with(max_stopped_s=3600.0, disk_hourly_usd=DISK)
     parked = park_one(cluster)
     closed = cluster.store.pool_state("gpu").closed_spend_usd
     cluster.clock.advance(3601)
+    before = pool_month_to_date(
+        cluster.store.pool_state("gpu"), cluster.instances(), cluster.clock.now(), DISK
+    )
     report = run_idle_reap(cluster.ctx)
+    gone = record_of(cluster, parked.id)
     assert report.terminated == [parked.id]
-    assert record_of(cluster, parked.id).state is IS.TERMINATED
+    assert gone.state is IS.TERMINATED
     assert cluster.running_cloud_ids() == []
-    assert cluster.store.pool_state("gpu").closed_spend_usd == pytest.approx(closed)
+    # Its run was closed at the stop; termination closes its disks, nothing twice.
+    state = cluster.store.pool_state("gpu")
+    now = cluster.clock.now()
+    assert state.closed_spend_usd == pytest.approx(closed + disks_usd(gone, now))
+    live = [i for i in cluster.instances() if i.state is not IS.TERMINATED]
+    assert pool_month_to_date(state, live, now, DISK) == pytest.approx(before)
 
 
 def test_an_unconfirmed_stop_stays_stopping_until_the_reconciler_sees_it_stopped() -> None:

@@ -45,7 +45,7 @@ from corral.domain.state_machine import HistoryEntry
 from corral.domain.trial import ACTIVE_STATES, Trial, TrialState
 from corral.services.schedule_pass import plan_all
 from corral.services.shared.service_context import Context
-from corral.services.shared.spend import pool_month_to_date, settle_trial_cost
+from corral.services.shared.spend import disk_rate, pool_month_to_date, settle_trial_cost
 
 HOUR_S = 3600.0
 # The longest run of events sharing one timestamp an events page will read to end on a
@@ -273,7 +273,7 @@ def _instance(ctx: Context, inst: Instance, beat: Heartbeat | None) -> InstanceV
         terminated_at=inst.terminated_at,
         idle_since=inst.idle_since,
         idle_s=now - inst.idle_since if idle and inst.idle_since is not None else None,
-        cost_usd=cost.instance_cost_usd(inst, now),
+        cost_usd=cost.instance_cost_usd(inst, now, disk_rate(ctx.pool(inst.pool))),
         last_heartbeat_at=beat.at if beat else None,
         heartbeat_age_s=now - beat.at if beat else None,
         gpu_utilization_pct=list(beat.gpu_utilization) if beat else [],
@@ -334,8 +334,9 @@ def _pool(
     now = ctx.clock.now()
     state = ctx.store.pool_state(pool.name)
     by_state = Counter(i.state.value for i in live)
+    burn = cost.hourly_burn_usd(live, pool.disk_hourly_usd)
     budget = cost.budget_state(
-        pool, pool_month_to_date(state, live, now), cost.hourly_burn_usd(live)
+        pool, pool_month_to_date(state, live, now, pool.disk_hourly_usd), burn
     )
     memory = state.capacity
     backed_off = backoff.is_backed_off(state, now)
@@ -380,7 +381,7 @@ def _pool(
             budget_usd=budget.budget_usd,
             remaining_usd=budget.remaining_usd,
             exhausted=budget.exhausted,
-            hourly_burn_usd=cost.hourly_burn_usd(live),
+            hourly_burn_usd=burn,
         ),
     )
 

@@ -11,6 +11,10 @@ id but never learned a launch time (an adopted instance, a lost write) falls bac
 the real launch, so the estimate errs high, which is the safe side for a budget. A record
 that never got a cloud instance (QUEUED, an unfilled spot request, CANCELLED,
 ALLOCATION_FAILED without a cloud id) cost nothing.
+
+Disks: an instance's boot disk (the pool's ``disk_hourly_usd``) bills from its first launch
+(``Instance.disk_since``) until it is terminated, whether it runs or is stopped in the warm
+pool, where it is all the instance costs. Its compute bills per run, as above.
 """
 
 from __future__ import annotations
@@ -56,14 +60,34 @@ def billed_interval(instance: Instance, now: float) -> tuple[float, float] | Non
     return start, start + max(end - start, MIN_BILLED_S)
 
 
-def instance_cost_usd(instance: Instance, now: float) -> float:
-    """What the instance has cost: its runs before its last stop (a warm pool), and the
-    billed interval of the current one."""
+def disk_interval(instance: Instance, now: float) -> tuple[float, float] | None:
+    """[start, end) the instance's disks are billed for, or None if it never had a cloud
+    instance: from its first launch (the compute billing start of a record that never learned
+    one) until it was terminated."""
+    if instance.cloud_id is None:
+        return None
+    start = instance.disk_since if instance.disk_since is not None else billing_start(instance)
+    if start is None:
+        return None
+    end = instance.terminated_at if instance.terminated_at is not None else now
+    return start, max(end, start)
+
+
+def compute_cost_usd(instance: Instance, now: float) -> float:
+    """What the instance's compute has cost: its runs before its last stop (a warm pool),
+    and the billed interval of the current one. Its disks are not included."""
     interval = billed_interval(instance, now)
     if interval is None:
         return instance.closed_usd
     start, end = interval
     return instance.closed_usd + instance.offering.hourly_price * (end - start) / HOUR_S
+
+
+def instance_cost_usd(instance: Instance, now: float, disk_hourly_usd: float = 0.0) -> float:
+    """What the instance has cost: its compute and its disks."""
+    disks = disk_interval(instance, now)
+    disk_usd = 0.0 if disks is None else disk_hourly_usd * (disks[1] - disks[0]) / HOUR_S
+    return compute_cost_usd(instance, now) + disk_usd
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,33 +124,37 @@ def month_start_utc(now: float) -> float:
     return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
-def month_to_date_usd(instances: Iterable[Instance], now: float) -> float:
-    """Cost of the given (one pool's) instances billed since the start of this UTC month.
+def month_to_date_usd(
+    instances: Iterable[Instance], now: float, disk_hourly_usd: float = 0.0
+) -> float:
+    """Cost of the given (one pool's) instances billed since the start of this UTC month:
+    the compute of their current runs and, at ``disk_hourly_usd``, their disks.
 
     Each billed interval is clipped to [month start, ...): an instance that started last
     month counts only this month's seconds. Terminal records count too, so callers must pass
-    the records terminated this month, not only the live ones.
+    the records terminated this month, not only the live ones. Runs before a stop into the
+    warm pool are not here: their spend was closed at the stop.
     """
     since = month_start_utc(now)
     total = 0.0
     for instance in instances:
         interval = billed_interval(instance, now)
-        if interval is None:
-            continue
-        start, end = interval
-        seconds = end - max(start, since)
-        if seconds > 0:
-            total += instance.offering.hourly_price * seconds / HOUR_S
+        if interval is not None:
+            start, end = interval
+            total += instance.offering.hourly_price * max(end - max(start, since), 0) / HOUR_S
+        disks = disk_interval(instance, now) if disk_hourly_usd else None
+        if disks is not None:
+            start, end = disks
+            total += disk_hourly_usd * max(end - max(start, since), 0) / HOUR_S
     return total
 
 
-def hourly_burn_usd(instances: Iterable[Instance]) -> float:
-    """What the given instances cost per hour right now: those holding a cloud instance."""
-    return sum(
-        i.offering.hourly_price
-        for i in instances
-        if i.state in HOLDS_CLOUD_INSTANCE and i.cloud_id is not None and not i.is_parked
-    )
+def hourly_burn_usd(instances: Iterable[Instance], disk_hourly_usd: float = 0.0) -> float:
+    """What the given instances cost per hour right now: the compute of those running, the
+    disks of every one holding a cloud instance (stopped ones included)."""
+    held = [i for i in instances if i.state in HOLDS_CLOUD_INSTANCE and i.cloud_id is not None]
+    compute = sum(i.offering.hourly_price for i in held if not i.is_parked)
+    return compute + disk_hourly_usd * len(held)
 
 
 def budget_allows(

@@ -135,6 +135,20 @@ class Instance:
     # Its latest run ended in the warm pool and its spend was closed then; set on STOPPING,
     # cleared on ALLOCATED (a warm start's new run begins).
     run_closed: bool = False
+    # When its cloud instance's disks began to bill: its first launch. Unlike ``launched_at``
+    # it survives warm starts (the disks are kept while stopped). Maintained by
+    # ``__post_init__``, so no transition has to remember it.
+    disk_since: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.cloud_id is None:
+            since = None  # no cloud instance (yet, or any more after a failed attempt)
+        elif self.disk_since is None:
+            since = self.launched_at
+        else:
+            since = self.disk_since
+        if since != self.disk_since:
+            object.__setattr__(self, "disk_since", since)
 
     # ---- derived views -------------------------------------------------------------
     @property

@@ -125,6 +125,16 @@ def infeasible_reason(slots: int, pool: PoolPolicy) -> str | None:
     return None
 
 
+def _burn_usd_per_hour(
+    pool: PoolPolicy, live: Sequence[Instance], instances: Sequence[Instance]
+) -> float:
+    """What the pool costs an hour for the budget gate: the compute and disks of what runs
+    or is coming (``live``), and the disks of the warm pool's stopped instances."""
+    stopped = [i for i in instances if i.pool == pool.name and i.is_parked and i.cloud_id]
+    compute = sum(i.offering.hourly_price for i in live)
+    return compute + pool.disk_hourly_usd * (len(live) + len(stopped))
+
+
 def _is_reusable(instance: Instance) -> bool:
     """A drained-for-idleness agent that new demand can take back instead of a launch."""
     return instance.drained_for_idleness and not instance.allocations
@@ -198,7 +208,7 @@ class _Buyer:
         """Why ``count`` more instances of ``offering`` may not be bought now, or None."""
         if self.headroom < count:
             return f"pool {self.pool.name} is at max_instances ({self.pool.max_instances})"
-        extra = offering.hourly_price * count
+        extra = (offering.hourly_price + self.pool.disk_hourly_usd) * count
         if not budget_allows(self.pool, self.month_to_date_usd, self.burn_usd_per_hour, extra):
             return (
                 f"pool {self.pool.name} would exceed its monthly budget of "
@@ -232,7 +242,7 @@ class _Buyer:
 
     def buy(self, offering: Offering) -> Bin:
         self.headroom -= 1
-        self.burn_usd_per_hour += offering.hourly_price
+        self.burn_usd_per_hour += offering.hourly_price + self.pool.disk_hourly_usd
         bin_id = f"new-{len(self.bought)}"
         self.bought[bin_id] = offering
         self.demand[bin_id] = []
@@ -301,7 +311,7 @@ def plan_pool(
     buyer = _Buyer(
         pool=pool,
         headroom=max(pool.max_instances - len(live), 0),
-        burn_usd_per_hour=sum(i.offering.hourly_price for i in live),
+        burn_usd_per_hour=_burn_usd_per_hour(pool, live, instances),
         month_to_date_usd=month_to_date_usd,
         offerings=[o for o in pool.offerings() if state.capacity.is_available(o.key, now)],
         now=now,

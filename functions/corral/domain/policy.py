@@ -81,6 +81,12 @@ class PoolPolicy(Protocol):
         """How long a stopped instance is kept before it is terminated."""
         ...
 
+    @property
+    def disk_hourly_usd(self) -> float:
+        """What one instance's disks cost an hour, from its launch until it is terminated
+        (stopped in the warm pool, they are all it costs)."""
+        ...
+
     def offerings(self) -> list[Offering]:
         """Every offering the pool may launch (spot ones first when the pool uses spot)."""
         ...
@@ -108,6 +114,7 @@ class StaticPool:
     move_fallback_to_spot: bool = True
     warm_pool_size: int = 0
     max_stopped_s: float = 72 * 3600.0
+    disk_hourly_usd: float = 0.0
 
     @property
     def on_demand_fallback_after_s(self) -> float | None:

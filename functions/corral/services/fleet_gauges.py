@@ -44,8 +44,9 @@ def gauges_after_pass(
         pool_live = [i for i in live if i.pool == name]
         if backoff.is_breaker_open(state, now):
             breaker_open.append(name)
-        spent = pool_month_to_date(state, pool_live, now)
-        if cost.budget_state(pool, spent, cost.hourly_burn_usd(pool_live)).exhausted:
+        spent = pool_month_to_date(state, pool_live, now, pool.disk_hourly_usd)
+        burn = cost.hourly_burn_usd(pool_live, pool.disk_hourly_usd)
+        if cost.budget_state(pool, spent, burn).exhausted:
             budget_reached.append(name)
     return FleetGauges(
         pending_trials=sum(

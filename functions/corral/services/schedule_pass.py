@@ -63,7 +63,7 @@ def _plan(
             state,
             now,
             leftover_free=result.leftover_free,
-            month_to_date_usd=pool_month_to_date(state, pool_live, now),
+            month_to_date_usd=pool_month_to_date(state, pool_live, now, pool.disk_hourly_usd),
         )
     return result, plans, states
 

@@ -96,7 +96,7 @@ def _shared(cluster: ClusterConfig) -> tuple[str, tuple[Offering, ...], dict[str
     """What every policy shares: the default pool, every offering, the disks' prices (the
     same cloud for all; only a warm pool ever pays for a stopped instance's disks)."""
     offerings = tuple(o for p in cluster.resource_pools for o in p.offerings())
-    disks = {p.name: p.stopped_hourly_usd for p in cluster.resource_pools}
+    disks = {p.name: p.disk_hourly_usd for p in cluster.resource_pools}
     return cluster.default_pool_name, offerings, disks
 
 

@@ -188,7 +188,10 @@ class InstanceView(_View):
     terminated_at: float | None
     idle_since: float | None
     idle_s: float | None = Field(description="How long it has been idle, if it is")
-    cost_usd: float = Field(description="Billed so far (per second, 60 s minimum)")
+    cost_usd: float = Field(
+        description="Billed so far: compute per second (60 s minimum) and the boot disk since"
+        " the first launch (estimate)"
+    )
     last_heartbeat_at: float | None
     heartbeat_age_s: float | None
     gpu_utilization_pct: list[float]
@@ -231,7 +234,9 @@ class BreakerView(_View):
 
 
 class BudgetView(_View):
-    spent_usd: float = Field(description="Month to date (UTC calendar month)")
+    spent_usd: float = Field(
+        description="Month to date (UTC calendar month): compute and boot disks"
+    )
     budget_usd: float | None
     remaining_usd: float | None
     exhausted: bool

@@ -190,8 +190,8 @@ class AwsProvider(CommonProvider):
         return Ownership(self.tag_key, self.tag_value)
 
     @property
-    def stopped_hourly_usd(self) -> float:
-        """What a stopped instance of the pool costs an hour: its root volume (gp3)."""
+    def disk_hourly_usd(self) -> float:
+        """What an instance's root volume (gp3) costs an hour, running or stopped."""
         return self.root_volume_size * GP3_USD_PER_GB_MONTH / HOURS_PER_MONTH
 
     @property

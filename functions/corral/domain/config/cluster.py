@@ -166,9 +166,10 @@ class ResourcePool(FrozenModel):
         return self.provider.warm_pool.max_stopped_period
 
     @property
-    def stopped_hourly_usd(self) -> float:
-        """What one stopped instance of the pool costs an hour (its boot disk)."""
-        return self.provider.stopped_hourly_usd
+    def disk_hourly_usd(self) -> float:
+        """What one instance's boot disk costs an hour: billed from its launch until it is
+        terminated, stopped in a warm pool or not."""
+        return self.provider.disk_hourly_usd
 
     @property
     def max_slots_per_instance(self) -> int:

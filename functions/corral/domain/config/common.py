@@ -365,8 +365,9 @@ class CommonProvider(FrozenModel):
     at the first refusal; `never` is the same as `on_demand_fallback: false`. Capacity for
     `min_instances` (no trial waiting) falls back only when it is `0`."""
     monthly_budget_usd: float | None = Field(default=None, gt=0)
-    """Spend cap of the pool per calendar month in USD; no launch that would exceed it (trials wait,
-    with the budget as their pending reason). None: no cap."""
+    """Spend cap of the pool per calendar month in USD, boot disks included (a warm pool's stopped
+    instances too); no launch that would exceed it (trials wait, with the budget as their
+    pending reason). None: no cap."""
     capacity_memory_period: Duration = 180.0
     """How long an offering the cloud refused for capacity is skipped (Karpenter uses 3 minutes)."""
     # An idle on-demand agent of a spot pool (fallback capacity, ~3x the spot price) is

@@ -267,8 +267,8 @@ class GcpProvider(CommonProvider):
         return Ownership(self.label_key, self.label_value)
 
     @property
-    def stopped_hourly_usd(self) -> float:
-        """What a stopped instance of the pool costs an hour: its boot disk (pd-balanced)."""
+    def disk_hourly_usd(self) -> float:
+        """What an instance's boot disk (pd-balanced) costs an hour, running or stopped."""
         return self.boot_disk_size * PD_BALANCED_USD_PER_GB_MONTH / HOURS_PER_MONTH
 
     @property

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from corral.domain.cost import instance_cost_usd
+from corral.domain.cost import compute_cost_usd
 from corral.domain.errors import ConflictError
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.records import Event, EventKind
@@ -16,7 +16,7 @@ from corral.ports.commands import Schedule, send
 from corral.ports.store import Record, commit_one
 from corral.services.shared.instance_events import log_instance_event
 from corral.services.shared.service_context import Context
-from corral.services.shared.spend import close_instance_spend
+from corral.services.shared.spend import close_instance_spend, disk_rate
 from corral.services.shared.trial_release import move_off_gpus, requeue
 
 
@@ -120,9 +120,10 @@ def park(ctx: Context, empty: Instance, reason: str) -> bool:
     now = ctx.clock.now()
     stopping = replace(
         empty.transition(InstanceState.STOPPING, now, reason),
-        closed_usd=instance_cost_usd(empty, now),
+        closed_usd=compute_cost_usd(empty, now),
     )
-    state = close_instance_spend(ctx.store.pool_state(empty.pool), empty, now)
+    # The run's compute only: its disks bill on while it is stopped.
+    state = close_instance_spend(ctx.store.pool_state(empty.pool), empty, now, 0.0)
     try:
         record = ctx.store.commit([stopping, state])[0]
     except ConflictError:
@@ -140,7 +141,9 @@ def mark_terminated(ctx: Context, gone: Instance) -> None:
     """The cloud instance is gone: write ``gone`` (the record moved to TERMINATED) with what
     ran there moved off its GPUs (requeued or cancelled) and its spend closed, in one write."""
     now = ctx.clock.now()
-    state = close_instance_spend(ctx.store.pool_state(gone.pool), gone, now)
+    state = close_instance_spend(
+        ctx.store.pool_state(gone.pool), gone, now, disk_rate(ctx.pool(gone.pool))
+    )
     take_away(ctx, gone, gone.history[-1].reason, extra=[state])
 
 
