@@ -14,7 +14,7 @@ from corral.services.reconcile import run_reconcile
 from corral.services.scale_up import LaunchOutcome, launch_instance
 from corral.services.schedule_pass import run_schedule_pass
 
-from .harness import OD_1, SPOT_1, Cluster, make_pool
+from .harness import OD_1, SPOT_1, SPOT_4, Cluster, make_pool
 
 
 def plan_one(cluster: Cluster) -> str:
@@ -159,3 +159,32 @@ def test_spot_requests_that_stay_open_are_cancelled_when_demand_goes_away() -> N
     assert cancelled is not None and cancelled.state is InstanceState.CANCELLED
     (request,) = cluster.cloud.list_spot_requests()
     assert request.state.value == "cancelled"
+
+
+def test_a_refused_offering_with_only_bigger_ones_left_is_planned_again_not_bought_per_record() -> (
+    None
+):
+    # Four 1-GPU trials planned as four 1-GPU spot instances; the cloud refuses that shape.
+    # Each record buying the bigger shape for itself bought four 4-GPU instances for four
+    # GPUs of demand (seen in the local stack); planned again, they share one.
+    big = replace(SPOT_4, hourly_price=2.0)  # four 1-GPU instances are cheaper: planned first
+    cluster = Cluster(make_pool(SPOT_1, big, max_instances=8))
+    cluster.cloud.set_unavailable(SPOT_1.key)
+    trials = cluster.submit(
+        resources={"slots_per_trial": 1},
+        searcher={"name": "grid", "max_trials": 4},
+        hyperparameters={"x": {"type": "categorical", "vals": [1, 2, 3, 4]}},
+    ).trials
+    assert len(trials) == 4
+    cluster.pump()
+
+    launched = [i for i in cluster.instances() if i.cloud_id is not None]
+    assert [i.offering for i in launched] == [big]
+    cancelled = [i for i in cluster.instances() if i.state is InstanceState.CANCELLED]
+    assert len(cancelled) == 4
+    assert all("planned again" in i.history[-1].reason for i in cancelled)
+    cluster.run(60)
+    (agent,) = launched
+    assert sorted(t for t, _ in cluster.store.get_instance(agent.id).allocations) == sorted(
+        t.id for t in trials
+    )

@@ -23,7 +23,7 @@ from corral.domain.instance import Instance, InstanceState
 from corral.domain.offerings import Offering
 from corral.domain.records import Event, EventKind
 from corral.ports.cloud import LaunchRequest
-from corral.ports.commands import LaunchInstance, send
+from corral.ports.commands import LaunchInstance, Schedule, send
 from corral.ports.store import commit_one
 from corral.services.shared.launch_outcome import (
     LaunchOutcome,
@@ -65,6 +65,8 @@ def _start_attempt(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
     offering = _available_offering(ctx, record, now)
     if offering is None:
         return LaunchOutcome.WAITING
+    if offering.slots != record.offering.slots:
+        return _replan(ctx, record, offering, now)
     requested = replace(
         record.transition(InstanceState.REQUESTED, now, f"launching {offering.key}"),
         offering=offering,
@@ -79,9 +81,9 @@ def _start_attempt(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
 
 def _available_offering(ctx: Context, record: Instance, now: float) -> Offering | None:
     """The planned offering, or, if the cloud refused it since, the cheapest available one
-    of the pool with at least as many GPUs (so the planned demand still fits). A planned
-    spot launch becomes on-demand only once a trial it is for may fall back (it waited the
-    pool's on_demand_fallback_after): until then it waits for spot."""
+    of the pool with as many GPUs, else with more (so the planned demand still fits). A
+    planned spot launch becomes on-demand only once a trial it is for may fall back (it
+    waited the pool's on_demand_fallback_after): until then it waits for spot."""
     capacity = ctx.store.pool_state(record.pool).capacity
     if capacity.is_available(record.offering.key, now):
         return record.offering
@@ -97,7 +99,31 @@ def _available_offering(ctx: Context, record: Instance, now: float) -> Offering 
         found = (ctx.store.get_trial(trial_id) for trial_id, _ in record.planned_for)
         waiting = [t for t in found if t is not None and t.state in WAITING_STATES]
         candidates = allowed_offerings(pool, candidates, waiting, now)
-    return min(candidates, key=lambda o: (o.hourly_price, not o.is_spot), default=None)
+    return min(
+        candidates,
+        key=lambda o: (o.slots != record.offering.slots, o.hourly_price, not o.is_spot),
+        default=None,
+    )
+
+
+def _replan(ctx: Context, record: Instance, bigger: Offering, now: float) -> LaunchOutcome:
+    """The planned offering was refused and only a bigger one is left: cancel the record and
+    wake the planner instead of buying the bigger one for this record's demand alone. The
+    records of one plan are refused together; each buying its own bigger instance bought,
+    for four 1-GPU trials, four 4-GPU instances where the planner packs them onto one."""
+    reason = (
+        f"{record.offering.key} is unavailable and only bigger offerings ({bigger.key}) are "
+        "left: its demand is planned again"
+    )
+    try:
+        commit_one(ctx.store, record.transition(InstanceState.CANCELLED, now, reason))
+    except ConflictError:
+        return LaunchOutcome.SKIPPED
+    ctx.store.append_events(
+        [Event(now, EventKind.LAUNCH_CANCELLED, reason, pool=record.pool, instance_id=record.id)]
+    )
+    send(ctx.queue, [Schedule(f"replan the demand of {record.id}")])
+    return LaunchOutcome.REPLANNED
 
 
 def _call_cloud(ctx: Context, record: Instance) -> LaunchOutcome:

@@ -92,6 +92,7 @@ _OUTCOME_METRIC: dict[str, str] = {
     LaunchOutcome.FAILED: "LaunchesFailed",
     LaunchOutcome.RETRYING: "LaunchesDeferred",
     LaunchOutcome.WAITING: "LaunchesDeferred",
+    LaunchOutcome.REPLANNED: "LaunchesDeferred",
     LaunchOutcome.SKIPPED: "LaunchesSkipped",
 }
 

@@ -20,6 +20,8 @@ class LaunchOutcome(StrEnum):
     WAITING = "waiting"  # pool backed off or no offering: the schedule pass re-drives it
     RETRYING = "retrying"
     FAILED = "failed"
+    # Its offering was refused and only bigger ones are left: cancelled, the planner re-plans.
+    REPLANNED = "replanned"
 
 
 def launch_error_event(error_class: LaunchErrorClass) -> EventKind:
