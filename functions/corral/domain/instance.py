@@ -144,11 +144,19 @@ class Instance:
         if self.cloud_id is None:
             since = None  # no cloud instance (yet, or any more after a failed attempt)
         elif self.disk_since is None:
-            since = self.launched_at
+            since = self._first_launch()
         else:
             since = self.disk_since
         if since != self.disk_since:
             object.__setattr__(self, "disk_since", since)
+
+    def _first_launch(self) -> float | None:
+        """The earliest launch the record knows: its launch time, or its first ALLOCATED
+        entry (a record stored before ``disk_since`` existed may be on a later run, or
+        between runs of a warm start with no launch time)."""
+        allocated = [e.at for e in self.history if e.state == InstanceState.ALLOCATED.value]
+        known = [t for t in (self.launched_at, min(allocated, default=None)) if t is not None]
+        return min(known, default=None)
 
     # ---- derived views -------------------------------------------------------------
     @property

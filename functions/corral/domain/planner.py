@@ -116,7 +116,8 @@ def infeasible_reason(slots: int, pool: PoolPolicy) -> str | None:
     budget = pool.monthly_budget_usd
     if budget is not None:
         within = [o for o in offerings if instances_needed(slots, o) <= pool.max_instances]
-        cheapest = min(o.hourly_price * instances_needed(slots, o) for o in within)
+        disk = pool.disk_hourly_usd
+        cheapest = min((o.hourly_price + disk) * instances_needed(slots, o) for o in within)
         if cheapest * BUDGET_LOOKAHEAD_H > budget:
             return (
                 f"needs {slots} GPUs, at least ${cheapest:,.2f} an hour in pool {pool.name}, "

@@ -89,6 +89,7 @@ def snapshot(pool: PoolPolicy) -> StaticPool:
         move_fallback_to_spot=pool.move_fallback_to_spot,
         warm_pool_size=pool.warm_pool_size,
         max_stopped_s=pool.max_stopped_s,
+        disk_hourly_usd=pool.disk_hourly_usd,
     )
 
 

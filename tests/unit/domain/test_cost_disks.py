@@ -94,9 +94,25 @@ def test_month_to_date_counts_this_months_disk_seconds_only() -> None:
     assert month_to_date_usd([stopped], JUNE_1 + 1000, DISK) == pytest.approx(1.0)
 
 
-def test_records_stored_before_disks_were_counted_start_them_at_their_launch() -> None:
-    record = running()
-    legacy = Instance(
-        **{f: getattr(record, f) for f in record.__slots__ if f != "disk_since"}  # type: ignore[attr-defined]
+def _stored_before_disks(record: Instance) -> Instance:
+    """``record`` as decoded from a store written before ``disk_since`` existed."""
+    fields = {f: getattr(record, f) for f in record.__slots__ if f != "disk_since"}  # type: ignore[attr-defined]
+    return Instance(**fields)
+
+
+def test_records_stored_before_disks_were_counted_start_them_at_their_first_launch() -> None:
+    assert _stored_before_disks(running()).disk_since == MAY_10
+    # One on its second run, or between runs (a warm start has no launch time yet): the
+    # disks still date from the first launch, as its history tells.
+    stopped = make_instance(IS.STOPPED, offering=FOUR, entered_at=MAY_10 + 1000, step_s=30.0)
+    first = stopped.disk_since
+    assert first is not None
+    between = stopped.warm_start(MAY_10 + 6000, (("t", 4),), "warm start")
+    assert _stored_before_disks(between).disk_since == first
+    second = replace(
+        between.transition(IS.REQUESTED, MAY_10 + 6000, "starting").transition(
+            IS.ALLOCATED, MAY_10 + 6005, "started"
+        ),
+        launched_at=MAY_10 + 6005,
     )
-    assert legacy.disk_since == MAY_10
+    assert _stored_before_disks(second).disk_since == first

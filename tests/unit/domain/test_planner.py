@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from corral.domain.instance import InstanceState
+from corral.domain.instance import Instance, InstanceState
 from corral.domain.offerings import CapacityMemory
-from corral.domain.planner import infeasible_reason, plan_pool
+from corral.domain.planner import PoolPlan, infeasible_reason, plan_pool
 from corral.domain.records import PoolState
 
+from .factories import make_instance
 from .fleet import ON_DEMAND, SPOT, agent, offering, pending, pool
 
 ONE = offering("g.1", 1, 1.0)
@@ -176,6 +177,32 @@ def test_monthly_budget_caps_launches() -> None:
         month_to_date_usd=10.0,
     )
     assert len(plan.launches) == 1
+
+
+def test_the_budget_counts_disks_of_new_and_stopped_instances() -> None:
+    # 1 USD/h of compute, 0.25 USD/h of disk: one new instance's hour is 1.25.
+    def plan(budget: float, instances: list[Instance]) -> PoolPlan:
+        return plan_pool(
+            pool(ONE, monthly_budget_usd=budget, disk_hourly_usd=0.25, warm_pool_size=1),
+            [pending("t1")],
+            instances,
+            state(),
+            NOW,
+            month_to_date_usd=10.0,
+        )
+
+    assert len(plan(11.25, []).launches) == 1
+    assert "monthly budget" in plan(11.2, []).pending_reasons["t1"]
+    # A stopped instance of the warm pool: its disk bills on, a quarter more each hour.
+    stopped = make_instance(InstanceState.STOPPED, pool="gpu", offering=ONE)
+    assert stopped.is_parked and stopped.cloud_id is not None
+    refused = plan(11.4, [stopped])
+    assert refused.launches == ()
+    assert "monthly budget" in refused.pending_reasons["t1"]
+    assert len(plan(11.6, [stopped]).launches) == 1
+    assert infeasible_reason(1, pool(ONE, monthly_budget_usd=1.1, disk_hourly_usd=0.25)) == (
+        "needs 1 GPUs, at least $1.25 an hour in pool gpu, more than its monthly budget of $1.10"
+    )
 
 
 def test_a_backed_off_pool_launches_nothing_and_says_why() -> None:
