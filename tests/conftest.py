@@ -6,7 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral.adapters.aws import clients
+# The local stack's helpers assert with explanations; the browser and docs tests import them
+# too, before tests/e2e/conftest.py would load, so they are registered here, first.
+pytest.register_assert_rewrite("tests.e2e.local_stack")
+
+from corral.adapters.aws import clients  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

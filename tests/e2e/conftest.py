@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("tests.e2e.local_stack")  # its asserts explain themselves
-
-from tests.e2e.local_stack import running_stack  # noqa: E402
+from tests.e2e.local_stack import running_stack
 
 
 @pytest.fixture
