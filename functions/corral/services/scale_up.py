@@ -23,8 +23,10 @@ from corral.domain.instance import Instance, InstanceState
 from corral.domain.offerings import Offering
 from corral.domain.records import Event, EventKind
 from corral.ports.cloud import LaunchRequest
-from corral.ports.commands import LaunchInstance, Schedule, send
+from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import commit_one
+from corral.services.shared.instance_events import log_instance_event
+from corral.services.shared.instance_removal import wake_scheduler
 from corral.services.shared.launch_outcome import (
     LaunchOutcome,
     launch_error_event,
@@ -119,10 +121,8 @@ def _replan(ctx: Context, record: Instance, bigger: Offering, now: float) -> Lau
         commit_one(ctx.store, record.transition(InstanceState.CANCELLED, now, reason))
     except ConflictError:
         return LaunchOutcome.SKIPPED
-    ctx.store.append_events(
-        [Event(now, EventKind.LAUNCH_CANCELLED, reason, pool=record.pool, instance_id=record.id)]
-    )
-    send(ctx.queue, [Schedule(f"replan the demand of {record.id}")])
+    log_instance_event(ctx, record, EventKind.LAUNCH_CANCELLED, reason, now)
+    wake_scheduler(ctx, f"replan the demand of {record.id}")
     return LaunchOutcome.REPLANNED
 
 

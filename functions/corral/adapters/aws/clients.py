@@ -14,28 +14,23 @@ the same reason) call :func:`reset`.
 
 from __future__ import annotations
 
+import functools
 import os
-import threading
 from typing import Any
 
 from corral.adapters.aws.service_models import MODELS_DIR
 
-_lock = threading.Lock()
-_sessions: list[Any] = []  # the one session, once made
 
-
+@functools.cache
 def session() -> Any:
     """The process's boto3 session over the trimmed models, created on first use."""
-    with _lock:
-        if not _sessions:
-            import boto3  # type: ignore[import-untyped]  # lazily: keeps cold starts fast
-            import botocore.session  # type: ignore[import-untyped]
+    import boto3  # type: ignore[import-untyped]  # lazily: keeps cold starts fast
+    import botocore.session  # type: ignore[import-untyped]
 
-            core = botocore.session.get_session()
-            paths = [str(MODELS_DIR), os.environ.get("AWS_DATA_PATH", "")]
-            core.set_config_variable("data_path", os.pathsep.join(p for p in paths if p))
-            _sessions.append(boto3.session.Session(botocore_session=core))
-        return _sessions[0]
+    core = botocore.session.get_session()
+    paths = [str(MODELS_DIR), os.environ.get("AWS_DATA_PATH", "")]
+    core.set_config_variable("data_path", os.pathsep.join(p for p in paths if p))
+    return boto3.session.Session(botocore_session=core)
 
 
 def client(service: str, **kwargs: Any) -> Any:
@@ -45,5 +40,4 @@ def client(service: str, **kwargs: Any) -> Any:
 
 def reset() -> None:
     """Forget the session: the next client reads the environment afresh."""
-    with _lock:
-        _sessions.clear()
+    session.cache_clear()
