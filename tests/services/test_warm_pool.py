@@ -227,6 +227,40 @@ def test_without_a_warm_pool_the_idle_agent_is_terminated() -> None:
     assert record_of(cluster, record.id).state is IS.TERMINATED
 
 
+def spend_the_budget(cluster: Cluster) -> None:
+    """The operator lowers the pool's monthly budget to what it has spent so far plus less
+    than one hour of its cheapest instance: nothing can start again this month."""
+    pool = cluster.ctx.pools["gpu"]
+    spent = pool_month_to_date(
+        cluster.store.pool_state("gpu"), cluster.instances(), cluster.clock.now(), DISK
+    )
+    cluster.ctx.pools["gpu"] = replace(pool, monthly_budget_usd=spent + 0.5)
+
+
+def test_a_pool_whose_budget_is_spent_terminates_its_idle_agent_instead_of_stopping_it() -> None:
+    cluster = cluster_with(disk_hourly_usd=DISK, monthly_budget_usd=100.0)
+    record = idle_agent(cluster)
+    cluster.run(past_max_idle(cluster))
+    spend_the_budget(cluster)
+    report = run_idle_reap(cluster.ctx)
+    assert report.terminated == [record.id] and report.stopped == []
+    assert record_of(cluster, record.id).state is IS.TERMINATED
+    assert cluster.running_cloud_ids() == []
+
+
+def test_a_pool_whose_budget_is_spent_terminates_its_stopped_instances() -> None:
+    cluster = cluster_with(disk_hourly_usd=DISK, monthly_budget_usd=100.0)
+    parked = park_one(cluster)
+    cluster.clock.advance(60)
+    assert run_idle_reap(cluster.ctx).terminated == []  # kept while the budget can start it
+    spend_the_budget(cluster)
+    report = run_idle_reap(cluster.ctx)
+    assert report.terminated == [parked.id]
+    assert record_of(cluster, parked.id).state is IS.TERMINATED
+    assert cluster.running_cloud_ids() == []
+    assert any("budget is spent" in m for m in events(cluster, EventKind.INSTANCE_TERMINATED))
+
+
 def test_an_expired_stopped_instance_is_terminated_and_only_its_disks_are_closed() -> None:
     cluster = cluster_with(max_stopped_s=3600.0, disk_hourly_usd=DISK)
     parked = park_one(cluster)

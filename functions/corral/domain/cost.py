@@ -179,6 +179,20 @@ def budget_allows(
     return month_to_date_usd + projected * BUDGET_LOOKAHEAD_H <= budget
 
 
+def budget_spent(pool: PoolPolicy, month_to_date_usd: float) -> bool:
+    """Whether the month's budget could not start even one instance of the pool's
+    cheapest offering (its compute and disk for the gate's hour), with nothing else running.
+
+    Stricter than ``BudgetState.exhausted``, which also counts the current burn and so
+    clears as the fleet shrinks: a spent budget clears only with the next month. Until
+    then a stopped instance kept for a fast start can never be started, and its disk only
+    spends more of what is over (the reaper stops keeping a warm pool)."""
+    if pool.monthly_budget_usd is None:
+        return False
+    hourly = [o.hourly_price + pool.disk_hourly_usd for o in pool.offerings()]
+    return not any(budget_allows(pool, month_to_date_usd, 0.0, h) for h in hourly)
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetState:
     """The budget line of a pool listing."""

@@ -33,6 +33,9 @@ the next demand starts it again in tens of seconds instead of launching one for 
 kept: agents drained for an interruption notice (the cloud takes them) and on-demand fallback
 agents of a spot pool (the most expensive kind; the pool wants spot back). Stopped instances
 past ``max_stopped_period``, or beyond the size (it was lowered), are terminated, oldest first.
+A pool whose month's budget is spent (``cost.budget_spent``: it could not start even one
+instance) keeps no warm pool: nothing is stopped into it, and what it holds is terminated,
+since a stopped instance it can never start would only bill its disk.
 
 Never touched: BUSY agents, agents with allocations, agents whose latest heartbeat reports
 trials, and agents in ``reserved`` (capacity the planner counted for pending demand, e.g. one
@@ -139,6 +142,7 @@ def plan_reaping(
     heartbeats: Mapping[str, Heartbeat] | None = None,
     room_needed: int = 0,
     fresh_after: float | None = None,
+    budget_spent: bool = False,
 ) -> ReapPlan:
     """Plan one reaping pass over the records of ``pool`` (others are ignored).
 
@@ -146,6 +150,7 @@ def plan_reaping(
     many idle agents the plan does not count on are drained now, idle time aside (agents of
     a shape no waiting trial can use would hold the room until their idle period ends).
     ``fresh_after``: a heartbeat taken after this confirms an agent empty in this very pass.
+    ``budget_spent``: the pool's month's budget is spent (see the module docstring).
     """
     beats = heartbeats or {}
     mine = sorted((i for i in instances if i.pool == pool.name), key=lambda i: i.id)
@@ -153,10 +158,10 @@ def plan_reaping(
     staying = sum(1 for i in mine if i.is_schedulable)
 
     drain: list[ReapDecision] = []
-    terminate: list[ReapDecision] = list(_expire_parked(pool, mine, now))
+    terminate: list[ReapDecision] = list(_expire_parked(pool, mine, now, budget_spent))
     undrain: list[ReapDecision] = []
     parked = sum(1 for i in mine if i.is_parked) - len(terminate)
-    warm_room = pool.warm_pool_size - parked
+    warm_room = 0 if budget_spent else pool.warm_pool_size - parked
 
     # Drained agents first: taking one back raises the staying count the drains below use.
     for inst in (i for i in mine if i.state is IS.DRAINING):
@@ -253,9 +258,12 @@ def may_park(pool: PoolPolicy, instance: Instance) -> bool:
     )
 
 
-def _expire_parked(pool: PoolPolicy, mine: Sequence[Instance], now: float) -> list[ReapDecision]:
-    """Stopped instances to terminate: past max_stopped_period, then, oldest first, those
-    beyond the warm pool's size (it was lowered). A STOPPING one is left to settle first."""
+def _expire_parked(
+    pool: PoolPolicy, mine: Sequence[Instance], now: float, budget_spent: bool
+) -> list[ReapDecision]:
+    """Stopped instances to terminate: every one when the budget is spent, else those past
+    max_stopped_period, then, oldest first, those beyond the warm pool's size (it was
+    lowered). A STOPPING one is left to settle first."""
     stopped = sorted(
         (i for i in mine if i.state is IS.STOPPED),
         key=lambda i: (i.stopped_at if i.stopped_at is not None else now, i.id),
@@ -264,7 +272,9 @@ def _expire_parked(pool: PoolPolicy, mine: Sequence[Instance], now: float) -> li
     out: list[ReapDecision] = []
     for inst in stopped:
         kept_for = now - (inst.stopped_at if inst.stopped_at is not None else now)
-        if kept_for > pool.max_stopped_s:
+        if budget_spent:
+            reason = "the pool's monthly budget is spent: no warm pool is kept"
+        elif kept_for > pool.max_stopped_s:
             reason = f"stopped for {kept_for:.0f}s, past max_stopped_period"
         elif excess > 0:
             reason = f"the warm pool keeps {pool.warm_pool_size} stopped instance(s)"

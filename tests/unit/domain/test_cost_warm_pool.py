@@ -10,11 +10,13 @@ import pytest
 
 from corral.domain.cost import (
     billed_interval,
+    budget_spent,
     hourly_burn_usd,
     instance_cost_usd,
     month_to_date_usd,
 )
 from corral.domain.instance import Instance, InstanceState
+from corral.domain.policy import StaticPool
 
 from .factories import make_instance, make_offering
 
@@ -117,3 +119,12 @@ def test_a_stop_that_never_took_bills_what_ran_after_it() -> None:
         stopping.stopped_at,
         stopping.stopped_at + 710,
     )
+
+
+def test_a_budget_is_spent_when_not_even_the_cheapest_instance_fits_an_hour() -> None:
+    cheap = make_offering(hourly_price=1.0)
+    dear = make_offering(hourly_price=3.0)
+    pool = StaticPool("p", (dear, cheap), monthly_budget_usd=10.0, disk_hourly_usd=0.5)
+    assert not budget_spent(pool, 8.5)  # 8.5 + 1.0 + 0.5 fits
+    assert budget_spent(pool, 8.6)
+    assert not budget_spent(replace(pool, monthly_budget_usd=None), 1e9)

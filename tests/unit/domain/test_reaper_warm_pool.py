@@ -221,3 +221,29 @@ def test_an_instance_launched_before_the_warm_pool_is_terminated_not_stopped() -
         WARM, [idle("a", 400, stoppable=False)], NOW, heartbeats=fresh, fresh_after=NOW - 60
     )
     assert plan.terminate_after_drain == {"a"} and plan.park_after_drain == frozenset()
+
+
+# ---- a spent budget keeps no warm pool -------------------------------------------------------
+
+
+def test_a_spent_budget_terminates_the_empty_agent_instead_of_stopping_it() -> None:
+    drained, beats = empty_drained("d")
+    plan = plan_reaping(WARM, [drained], NOW, heartbeats=beats, budget_spent=True)
+    assert targets(plan) == {"d": IS.TERMINATING}
+
+
+def test_a_spent_budget_terminates_every_stopped_instance() -> None:
+    plan = plan_reaping(WARM, [stopped("s", 60)], NOW, budget_spent=True)
+    assert targets(plan) == {"s": IS.TERMINATING}
+    assert "budget is spent" in plan.terminate[0].reason
+    assert targets(plan_reaping(WARM, [stopped("s", 60)], NOW)) == {}
+
+
+def test_a_spent_budget_drains_an_idle_agent_for_termination() -> None:
+    agent = idle("a", 400.0)
+    beats = {"a": make_heartbeat("a", NOW)}
+    plan = plan_reaping(
+        WARM, [agent], NOW, heartbeats=beats, fresh_after=NOW - 1, budget_spent=True
+    )
+    assert [d.instance.id for d in plan.drain] == ["a"]
+    assert plan.terminate_after_drain == {"a"} and plan.park_after_drain == frozenset()

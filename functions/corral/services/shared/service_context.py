@@ -63,6 +63,7 @@ class ScalingPolicy(Protocol):
         heartbeats: Mapping[str, Heartbeat] | None = None,
         room_needed: int = 0,
         fresh_after: float | None = None,
+        budget_spent: bool = False,
     ) -> ReapPlan: ...
 
 
