@@ -7,13 +7,13 @@ lower bounds on what any policy pays, and Corral's default and best variants aga
   re-packed for free at every change, no boot, no idle, no outage
   (``corral.sim.bounds.packing_bound_usd``).
 
-``target / packing`` below 1 means no policy that starts jobs on arrival can meet the cost
-target on that run; a policy that makes jobs wait can do a little better, by as much as its
-waits allow, and the targets hold waits to the model's.
+A target below 1.000 x the packing bound is out of reach on that run for any policy that
+starts every job on arrival. A policy that makes some jobs wait may pack tighter: issue 12
+holds its p95 and max waits to the model's, and what that allows is not bounded here.
 
     .venv/bin/python benchmarks/sim_bounds.py [--seeds 0,1,2] [--processes 2]
 
-Figures go to docs/benchmarks.md, section 5. About 5 minutes on two cores.
+Figures go to docs/benchmarks.md, section 5. About 9 minutes on two cores.
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def _table(bounds: list[Bound]) -> None:
     )
     print("|" + "---|" * 9)
     for b in bounds:
-        # Every cost as a multiple of the packing bound: 1.00 is the least any policy pays.
+        # Every cost as a multiple of the packing bound: 1.000 is the least a policy that
+        # starts every job on arrival pays.
         p = b.packing_usd
 
         def x(usd: float, p: float = p) -> str:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from corral.domain.config import load_cluster_config
 from corral.domain.offerings import CapacityType, Offering
 from corral.sim.bounds import cover_costs, packing_bound_usd
-from corral.sim.trace import Job
+from corral.sim.model import simulation_config
+from corral.sim.runner import build_policy, simulate
+from corral.sim.trace import Job, read_trace
 
 
 def offering(slots: int, price: float, name: str = "x") -> Offering:
@@ -60,3 +65,43 @@ def test_it_is_never_below_the_oracle_of_single_gpus() -> None:
 def test_no_offering_with_gpus_is_an_error() -> None:
     with pytest.raises(ValueError, match="no priced offering"):
         packing_bound_usd([job(0, 1, 1)], [offering(0, 1.0)])
+
+
+def test_a_job_ending_as_another_starts_needs_no_second_instance() -> None:
+    jobs = [job(0, 4, 1), job(3600, 4, 1)]
+    assert packing_bound_usd(jobs, FOUR) == pytest.approx(8.0)
+
+
+def test_jobs_without_gpus_or_time_cost_nothing() -> None:
+    jobs = [job(0, 0, 1), job(0, 2, 0), job(100, 1, 1)]
+    assert packing_bound_usd(jobs, FOUR) == pytest.approx(4.0)
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ONE_SHAPE = """
+default_resource_pool: v100x4
+resource_pools:
+  - name: v100x4
+    provider:
+      type: aws
+      region: us-east-1
+      image_id: ami-0123456789abcdef0
+      instance_type: p3.8xlarge
+      spot: true
+      max_instances: 20
+      network_interface: {subnet_id: subnet-0aaa1111}
+"""
+
+
+@pytest.mark.parametrize("cluster_text", ["sim-cluster", "one-shape"])
+def test_both_simulated_policies_pay_at_least_the_bound(cluster_text: str) -> None:
+    # The property the benchmark rests on: every policy the simulator replays starts jobs
+    # no earlier than their arrival, so none pays less than the bound.
+    source = EXAMPLES / "sim-cluster.yaml" if cluster_text == "sim-cluster" else ONE_SHAPE
+    cluster = load_cluster_config(source).config
+    trace = read_trace(EXAMPLES / "tiny-trace.csv")
+    for policy in ("corral", "determined"):
+        metrics, replay = simulate(cluster, trace, policy, seed=3)
+        offerings = build_policy(policy, cluster, simulation_config(cluster.simulation), 3)
+        bound = packing_bound_usd([r.job for r in replay.jobs], offerings.offerings)
+        assert metrics.oracle_cost_usd <= bound + 0.01 <= metrics.cost_usd + 0.01

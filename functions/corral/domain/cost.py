@@ -187,9 +187,9 @@ def budget_spent(pool: PoolPolicy, month_to_date_usd: float) -> bool:
     clears as the fleet shrinks: a spent budget clears only with the next month. Until
     then a stopped instance kept for a fast start can never be started, and its disk only
     spends more of what is over (the reaper stops keeping a warm pool)."""
-    if pool.monthly_budget_usd is None:
-        return False
     hourly = [o.hourly_price + pool.disk_hourly_usd for o in pool.offerings()]
+    if pool.monthly_budget_usd is None or not hourly:
+        return False  # no cap, or nothing to price a start by (a config error elsewhere)
     return not any(budget_allows(pool, month_to_date_usd, 0.0, h) for h in hourly)
 
 

@@ -9,9 +9,10 @@ instances that holds them, re-packed for free at every arrival and departure, wi
 no idle period, no capacity outage and no instance limit.
 
 No policy that starts every job on arrival can pay less (each relaxation only lowers the
-cost); one that makes jobs wait can shift them, but only by its waits, which issue 12's
-targets hold to the Determined model's. So a target below this bound is out of reach on that
-workload whatever the policy does, which is what ``benchmarks/sim_bounds.py`` reports.
+cost), so a cost target below this bound is out of reach for such policies on that workload,
+which is what ``benchmarks/sim_bounds.py`` reports. It is not a bound for a policy that
+makes jobs wait: one could hold a small job back until GPUs an instance already pays for
+come free.
 """
 
 from __future__ import annotations

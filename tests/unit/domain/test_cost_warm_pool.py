@@ -128,3 +128,7 @@ def test_a_budget_is_spent_when_not_even_the_cheapest_instance_fits_an_hour() ->
     assert not budget_spent(pool, 8.5)  # 8.5 + 1.0 + 0.5 fits
     assert budget_spent(pool, 8.6)
     assert not budget_spent(replace(pool, monthly_budget_usd=None), 1e9)
+
+
+def test_a_pool_with_nothing_to_launch_never_counts_its_budget_spent() -> None:
+    assert not budget_spent(StaticPool("p", (), monthly_budget_usd=10.0), 0.0)
