@@ -19,7 +19,6 @@ Figures go to docs/benchmarks.md, section 5. About 9 minutes on two cores.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import platform
 import time
 from dataclasses import dataclass
@@ -27,14 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cluster_variants import variant
-from sim_workloads import ARRIVALS, CONFIGS, MIXES, SHIPPED
+from sim_workloads import CONFIGS, build_workloads, run_parallel
 
 from corral.domain.config import load_cluster_config
 from corral.sim.bounds import packing_bound_usd
 from corral.sim.model import simulation_config
 from corral.sim.runner import build_policy, simulate
-from corral.sim.synthetic import generate
-from corral.sim.trace import Trace, TraceFormat, read_trace
+from corral.sim.trace import Trace
 
 TARGET = 0.90  # issue 12: Corral's cost at most this times the Determined model's
 
@@ -94,19 +92,9 @@ def main() -> int:
         f"{platform.node()} {platform.machine()} {platform.python_version()} "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     )
-    shipped = read_trace(SHIPPED, TraceFormat.ALIBABA_OPENB)
-    workloads = [("alibaba (shipped)", seed, shipped) for seed in seeds]
-    for mix in MIXES:
-        for arrivals in ARRIVALS:
-            for seed in seeds:
-                trace = generate(mix, seed=seed, jobs=args.jobs, arrivals=arrivals)
-                workloads.append((f"{mix}-{arrivals}", seed, trace))
+    workloads = build_workloads(seeds, args.jobs)
     jobs = [(c, name, trace, seed) for c in CONFIGS for name, seed, trace in workloads]
-    if args.processes > 1:
-        with multiprocessing.get_context("fork").Pool(args.processes) as pool:
-            bounds = pool.starmap(run, jobs)
-    else:
-        bounds = [run(*job) for job in jobs]
+    bounds = run_parallel(run, jobs, args.processes)
     _table(bounds)
     return 0
 

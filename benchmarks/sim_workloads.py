@@ -20,9 +20,11 @@ import argparse
 import multiprocessing
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from cluster_variants import variant
 
@@ -33,6 +35,7 @@ from corral.sim.synthetic import describe, generate
 from corral.sim.trace import Trace, TraceFormat, read_trace
 
 REPO = Path(__file__).resolve().parents[1]
+R = TypeVar("R")
 SHIPPED = REPO / "traces/alibaba-gpu-2023/openb_pod_list_default.csv"
 CONFIGS = (REPO / "examples/sim-cluster.yaml", REPO / "benchmarks/sim-one-type.yaml")
 MIXES = ("philly", "helios")
@@ -102,28 +105,9 @@ def main() -> int:
         f"jobs per synthetic workload; {platform.node()} {platform.machine()} "
         f"{platform.python_version()} {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     )
-    workloads: list[tuple[str, int, Trace]] = []
-    if not args.no_shipped:
-        shipped = read_trace(SHIPPED, TraceFormat.ALIBABA_OPENB)
-        workloads += [("alibaba (shipped)", seed, shipped) for seed in seeds]
-    for mix in MIXES:
-        for arrivals in ARRIVALS:
-            for seed in seeds:
-                trace = generate(mix, seed=seed, jobs=args.jobs, arrivals=arrivals)
-                stats = describe(trace)
-                print(
-                    f"# {mix}-{arrivals} seed {seed}: median {stats['median_s']:,.0f} s, "
-                    f"mean {stats['mean_s']:,.0f} s, mean GPUs {stats['mean_gpus']:.2f}, "
-                    f"submissions over {stats['span_s'] / 86400:.1f} days"
-                )
-                workloads.append((f"{mix}-{arrivals}", seed, trace))
-
+    workloads = build_workloads(seeds, args.jobs, shipped=not args.no_shipped, verbose=True)
     jobs = [(c, name, trace, seed) for c in configs for name, seed, trace in workloads]
-    if args.processes > 1:
-        with multiprocessing.get_context("fork").Pool(args.processes) as pool:
-            outcomes = pool.starmap(run, jobs)
-    else:
-        outcomes = [run(*job) for job in jobs]
+    outcomes = run_parallel(run, jobs, args.processes)
     _figures(outcomes)
     _idle(outcomes)
     _targets(outcomes)
@@ -131,6 +115,38 @@ def main() -> int:
     total = sum(len(o.checks(v)) for o in outcomes for v in LABELS)
     print(f"\n{missed} of {total} target checks missed over {len(outcomes)} runs")
     return 1 if args.strict and missed else 0
+
+
+def build_workloads(
+    seeds: list[int], jobs: int, *, shipped: bool = True, verbose: bool = False
+) -> list[tuple[str, int, Trace]]:
+    """(name, seed, trace) of every workload: the shipped trace once per seed (the seed picks
+    the cloud's draws), then each synthetic mix and arrival pattern per seed."""
+    workloads: list[tuple[str, int, Trace]] = []
+    if shipped:
+        trace = read_trace(SHIPPED, TraceFormat.ALIBABA_OPENB)
+        workloads += [("alibaba (shipped)", seed, trace) for seed in seeds]
+    for mix in MIXES:
+        for arrivals in ARRIVALS:
+            for seed in seeds:
+                trace = generate(mix, seed=seed, jobs=jobs, arrivals=arrivals)
+                if verbose:
+                    stats = describe(trace)
+                    print(
+                        f"# {mix}-{arrivals} seed {seed}: median {stats['median_s']:,.0f} s, "
+                        f"mean {stats['mean_s']:,.0f} s, mean GPUs {stats['mean_gpus']:.2f}, "
+                        f"submissions over {stats['span_s'] / 86400:.1f} days"
+                    )
+                workloads.append((f"{mix}-{arrivals}", seed, trace))
+    return workloads
+
+
+def run_parallel(fn: Callable[..., R], jobs: list[tuple[Any, ...]], processes: int) -> list[R]:
+    """``fn(*job)`` for every job, in ``processes`` forked workers when more than one."""
+    if processes > 1:
+        with multiprocessing.get_context("fork").Pool(processes) as pool:
+            return pool.starmap(fn, jobs)
+    return [fn(*job) for job in jobs]
 
 
 def _figures(outcomes: list[Outcome]) -> None:
