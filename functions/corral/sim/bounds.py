@@ -1,4 +1,4 @@
-"""Lower bounds on what any provisioning policy pays for a trace.
+"""Lower bounds on what a provisioning policy that starts jobs on arrival pays for a trace.
 
 The simulator's oracle (``metrics.measure``) prices every job's GPU-seconds at the cheapest
 GPU-hour: it assumes GPUs can be bought one at a time. A cloud sells whole instances, so
