@@ -179,18 +179,17 @@ def budget_allows(
     return month_to_date_usd + projected * BUDGET_LOOKAHEAD_H <= budget
 
 
-def budget_spent(pool: PoolPolicy, month_to_date_usd: float) -> bool:
-    """Whether the month's budget could not start even one instance of the pool's
-    cheapest offering (its compute and disk for the gate's hour), with nothing else running.
+def could_start_this_month(pool: PoolPolicy, offering: Offering, month_to_date_usd: float) -> bool:
+    """Whether the month's budget still has room for one instance of ``offering`` (its
+    compute and disk for the gate's hour) with nothing else of the pool running.
 
-    Stricter than ``BudgetState.exhausted``, which also counts the current burn and so
-    clears as the fleet shrinks: a spent budget clears only with the next month. Until
-    then a stopped instance kept for a fast start can never be started, and its disk only
-    spends more of what is over (the reaper stops keeping a warm pool)."""
-    hourly = [o.hourly_price + pool.disk_hourly_usd for o in pool.offerings()]
-    if pool.monthly_budget_usd is None or not hourly:
-        return False  # no cap, or nothing to price a start by (a config error elsewhere)
-    return not any(budget_allows(pool, month_to_date_usd, 0.0, h) for h in hourly)
+    The most the budget could ever allow before the month ends: unlike
+    ``BudgetState.exhausted``, which counts the current burn and clears as the fleet shrinks,
+    a False here clears only with the next month. The reaper keeps no stopped instance that
+    fails it: nothing could start it again, and its disk would only spend more of what is
+    over."""
+    extra = offering.hourly_price + pool.disk_hourly_usd
+    return budget_allows(pool, month_to_date_usd, 0.0, extra)
 
 
 @dataclass(frozen=True, slots=True)

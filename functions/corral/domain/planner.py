@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral.domain.backoff import blocked_reason as pool_blocked_reason
-from corral.domain.cost import BUDGET_LOOKAHEAD_H, budget_allows, budget_spent
+from corral.domain.cost import BUDGET_LOOKAHEAD_H, budget_allows
 from corral.domain.fallback import (
     allowed_offerings,
     no_fallback_setting,
@@ -82,9 +82,9 @@ class PoolPlan:
     # (agents of a shape no waiting trial can use would otherwise hold the room until their
     # idle period ends).
     room_needed: int = 0
-    # The month's budget cannot start even one instance (``cost.budget_spent``): the reaper
-    # keeps no warm pool, whose disks would only spend more of it.
-    budget_spent: bool = False
+    # The pool's spend this month, as planned with (None: not known): the reaper keeps no
+    # stopped instance the budget could not start again (``cost.could_start_this_month``).
+    month_to_date_usd: float | None = None
 
 
 def max_trial_slots(pool: PoolPolicy) -> int:
@@ -372,7 +372,7 @@ def plan_pool(
         reasons,
         frozenset(unserved),
         room_needed=buyer.room_needed,
-        budget_spent=budget_spent(pool, month_to_date_usd),
+        month_to_date_usd=month_to_date_usd,
     )
 
 

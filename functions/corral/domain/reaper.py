@@ -33,9 +33,9 @@ the next demand starts it again in tens of seconds instead of launching one for 
 kept: agents drained for an interruption notice (the cloud takes them) and on-demand fallback
 agents of a spot pool (the most expensive kind; the pool wants spot back). Stopped instances
 past ``max_stopped_period``, or beyond the size (it was lowered), are terminated, oldest first.
-A pool whose month's budget is spent (``cost.budget_spent``: it could not start even one
-instance) keeps no warm pool: nothing is stopped into it, and what it holds is terminated,
-since a stopped instance it can never start would only bill its disk.
+Not kept either, and terminated when stopped: an instance the pool's monthly budget could
+not start again this month (``cost.could_start_this_month``): nothing would, and its disk
+would only spend more of a budget that is over.
 
 Never touched: BUSY agents, agents with allocations, agents whose latest heartbeat reports
 trials, and agents in ``reserved`` (capacity the planner counted for pending demand, e.g. one
@@ -44,9 +44,10 @@ member of a gang). ``heartbeats`` is keyed by instance record id.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from corral.domain.cost import could_start_this_month
 from corral.domain.fallback import is_fallback
 from corral.domain.instance import Instance, InstanceState
 from corral.domain.policy import PoolPolicy
@@ -142,7 +143,7 @@ def plan_reaping(
     heartbeats: Mapping[str, Heartbeat] | None = None,
     room_needed: int = 0,
     fresh_after: float | None = None,
-    budget_spent: bool = False,
+    month_to_date_usd: float | None = None,
 ) -> ReapPlan:
     """Plan one reaping pass over the records of ``pool`` (others are ignored).
 
@@ -150,7 +151,8 @@ def plan_reaping(
     many idle agents the plan does not count on are drained now, idle time aside (agents of
     a shape no waiting trial can use would hold the room until their idle period ends).
     ``fresh_after``: a heartbeat taken after this confirms an agent empty in this very pass.
-    ``budget_spent``: the pool's month's budget is spent (see the module docstring).
+    ``month_to_date_usd``: the pool's spend this month (None: not known), for the warm
+    pool's budget rule (see the module docstring).
     """
     beats = heartbeats or {}
     mine = sorted((i for i in instances if i.pool == pool.name), key=lambda i: i.id)
@@ -158,10 +160,16 @@ def plan_reaping(
     staying = sum(1 for i in mine if i.is_schedulable)
 
     drain: list[ReapDecision] = []
-    terminate: list[ReapDecision] = list(_expire_parked(pool, mine, now, budget_spent))
+
+    def keep_warm(inst: Instance) -> bool:
+        return month_to_date_usd is None or could_start_this_month(
+            pool, inst.offering, month_to_date_usd
+        )
+
+    terminate: list[ReapDecision] = list(_expire_parked(pool, mine, now, keep_warm))
     undrain: list[ReapDecision] = []
     parked = sum(1 for i in mine if i.is_parked) - len(terminate)
-    warm_room = 0 if budget_spent else pool.warm_pool_size - parked
+    warm_room = pool.warm_pool_size - parked
 
     # Drained agents first: taking one back raises the staying count the drains below use.
     for inst in (i for i in mine if i.state is IS.DRAINING):
@@ -172,7 +180,7 @@ def plan_reaping(
             undrain.append(decision)
             staying += 1
             continue
-        if warm_room > 0 and may_park(pool, inst):
+        if warm_room > 0 and may_park(pool, inst) and keep_warm(inst):
             warm_room -= 1
             reason = f"{decision.reason}: stopped into the warm pool"
             decision = ReapDecision(inst, IS.STOPPING, reason)
@@ -198,7 +206,7 @@ def plan_reaping(
     def drain_one(inst: Instance, reason: str) -> None:
         nonlocal warm_room
         drain.append(ReapDecision(inst, IS.DRAINING, reason))
-        if warm_room > 0 and may_park(pool, inst):
+        if warm_room > 0 and may_park(pool, inst) and keep_warm(inst):
             warm_room -= 1
             parking.add(inst.id)
 
@@ -259,11 +267,11 @@ def may_park(pool: PoolPolicy, instance: Instance) -> bool:
 
 
 def _expire_parked(
-    pool: PoolPolicy, mine: Sequence[Instance], now: float, budget_spent: bool
+    pool: PoolPolicy, mine: Sequence[Instance], now: float, keep: Callable[[Instance], bool]
 ) -> list[ReapDecision]:
-    """Stopped instances to terminate: every one when the budget is spent, else those past
-    max_stopped_period, then, oldest first, those beyond the warm pool's size (it was
-    lowered). A STOPPING one is left to settle first."""
+    """Stopped instances to terminate: those the budget could not start again (``keep``
+    says no), those past max_stopped_period, then, oldest first, those beyond the warm
+    pool's size (it was lowered). A STOPPING one is left to settle first."""
     stopped = sorted(
         (i for i in mine if i.state is IS.STOPPED),
         key=lambda i: (i.stopped_at if i.stopped_at is not None else now, i.id),
@@ -272,8 +280,8 @@ def _expire_parked(
     out: list[ReapDecision] = []
     for inst in stopped:
         kept_for = now - (inst.stopped_at if inst.stopped_at is not None else now)
-        if budget_spent:
-            reason = "the pool's monthly budget is spent: no warm pool is kept"
+        if not keep(inst):
+            reason = "the pool's monthly budget could not start it again this month"
         elif kept_for > pool.max_stopped_s:
             reason = f"stopped for {kept_for:.0f}s, past max_stopped_period"
         elif excess > 0:

@@ -58,7 +58,7 @@ def run_idle_reap(ctx: Context) -> ReapReport:
             heartbeats=heartbeats,
             room_needed=demand.room_needed if demand is not None else 0,
             fresh_after=fresh_after,
-            budget_spent=demand is not None and demand.budget_spent,
+            month_to_date_usd=demand.month_to_date_usd if demand is not None else None,
         )
         for decision in plan.drain:
             drained = _move(ctx, decision.apply(now))

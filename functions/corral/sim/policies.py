@@ -193,7 +193,7 @@ class DeterminedScaling:
         heartbeats: Mapping[str, Heartbeat] | None = None,
         room_needed: int = 0,
         fresh_after: float | None = None,
-        budget_spent: bool = False,  # Determined keeps no warm pool
+        month_to_date_usd: float | None = None,  # Determined keeps no warm pool
     ) -> ReapPlan:
         beats = heartbeats or {}
         mine = [i for i in instances if i.pool == pool.name]

@@ -10,7 +10,7 @@ import pytest
 
 from corral.domain.cost import (
     billed_interval,
-    budget_spent,
+    could_start_this_month,
     hourly_burn_usd,
     instance_cost_usd,
     month_to_date_usd,
@@ -121,14 +121,9 @@ def test_a_stop_that_never_took_bills_what_ran_after_it() -> None:
     )
 
 
-def test_a_budget_is_spent_when_not_even_the_cheapest_instance_fits_an_hour() -> None:
-    cheap = make_offering(hourly_price=1.0)
-    dear = make_offering(hourly_price=3.0)
-    pool = StaticPool("p", (dear, cheap), monthly_budget_usd=10.0, disk_hourly_usd=0.5)
-    assert not budget_spent(pool, 8.5)  # 8.5 + 1.0 + 0.5 fits
-    assert budget_spent(pool, 8.6)
-    assert not budget_spent(replace(pool, monthly_budget_usd=None), 1e9)
-
-
-def test_a_pool_with_nothing_to_launch_never_counts_its_budget_spent() -> None:
-    assert not budget_spent(StaticPool("p", (), monthly_budget_usd=10.0), 0.0)
+def test_an_instance_could_start_while_an_hour_of_it_and_its_disk_fits_the_budget() -> None:
+    offering = make_offering(hourly_price=1.0)
+    pool = StaticPool("p", (offering,), monthly_budget_usd=10.0, disk_hourly_usd=0.5)
+    assert could_start_this_month(pool, offering, 8.5)  # 8.5 + 1.0 + 0.5 fits
+    assert not could_start_this_month(pool, offering, 8.6)
+    assert could_start_this_month(replace(pool, monthly_budget_usd=None), offering, 1e9)

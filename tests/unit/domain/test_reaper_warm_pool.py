@@ -223,27 +223,45 @@ def test_an_instance_launched_before_the_warm_pool_is_terminated_not_stopped() -
     assert plan.terminate_after_drain == {"a"} and plan.park_after_drain == frozenset()
 
 
-# ---- a spent budget keeps no warm pool -------------------------------------------------------
+# ---- the budget: no stopped instance it could not start again -------------------------------
+
+# 10 USD a month; an instance of the default offering costs 1 USD an hour (the gate's hour).
+BUDGETED = make_pool(max_idle_s=300.0, warm_pool_size=2, monthly_budget_usd=10.0)
+SPENT = 9.5  # USD this month: no hour of any instance fits any more
+DEAR = make_offering("g5.12xlarge", slots=4, hourly_price=5.0)
+MIXED = make_pool(
+    make_offering(), DEAR, max_idle_s=300.0, warm_pool_size=2, monthly_budget_usd=10.0
+)
 
 
 def test_a_spent_budget_terminates_the_empty_agent_instead_of_stopping_it() -> None:
     drained, beats = empty_drained("d")
-    plan = plan_reaping(WARM, [drained], NOW, heartbeats=beats, budget_spent=True)
+    plan = plan_reaping(BUDGETED, [drained], NOW, heartbeats=beats, month_to_date_usd=SPENT)
     assert targets(plan) == {"d": IS.TERMINATING}
+    kept = plan_reaping(BUDGETED, [drained], NOW, heartbeats=beats, month_to_date_usd=8.9)
+    assert targets(kept) == {"d": IS.STOPPING}  # an hour of it still fits
 
 
 def test_a_spent_budget_terminates_every_stopped_instance() -> None:
-    plan = plan_reaping(WARM, [stopped("s", 60)], NOW, budget_spent=True)
+    plan = plan_reaping(BUDGETED, [stopped("s", 60)], NOW, month_to_date_usd=SPENT)
     assert targets(plan) == {"s": IS.TERMINATING}
-    assert "budget is spent" in plan.terminate[0].reason
-    assert targets(plan_reaping(WARM, [stopped("s", 60)], NOW)) == {}
+    assert "could not start it again" in plan.terminate[0].reason
+    assert targets(plan_reaping(BUDGETED, [stopped("s", 60)], NOW, month_to_date_usd=0.0)) == {}
+    assert targets(plan_reaping(BUDGETED, [stopped("s", 60)], NOW)) == {}  # spend not known
 
 
 def test_a_spent_budget_drains_an_idle_agent_for_termination() -> None:
     agent = idle("a", 400.0)
     beats = {"a": make_heartbeat("a", NOW)}
     plan = plan_reaping(
-        WARM, [agent], NOW, heartbeats=beats, fresh_after=NOW - 1, budget_spent=True
+        BUDGETED, [agent], NOW, heartbeats=beats, fresh_after=NOW - 1, month_to_date_usd=SPENT
     )
     assert [d.instance.id for d in plan.drain] == ["a"]
     assert plan.terminate_after_drain == {"a"} and plan.park_after_drain == frozenset()
+
+
+def test_only_the_stopped_instances_the_budget_could_not_start_are_terminated() -> None:
+    # 5.50 USD spent: a 1-USD instance still fits the gate's hour, a 5-USD one does not.
+    dear = make_instance(IS.STOPPED, id="dear", offering=DEAR, stopped_at=NOW - 60)
+    plan = plan_reaping(MIXED, [stopped("cheap", 60), dear], NOW, month_to_date_usd=5.5)
+    assert targets(plan) == {"dear": IS.TERMINATING}

@@ -367,8 +367,8 @@ class CommonProvider(FrozenModel):
     monthly_budget_usd: float | None = Field(default=None, gt=0)
     """Spend cap of the pool per calendar month in USD, boot disks included (a warm pool's stopped
     instances too); no launch that would exceed it (trials wait, with the budget as their
-    pending reason). Once not even one instance fits, the pool keeps no warm pool until the
-    next month (its stopped instances are terminated). None: no cap."""
+    pending reason). A warm pool keeps no stopped instance the rest of the month's budget could
+    not start again (it is terminated). None: no cap."""
     capacity_memory_period: Duration = 180.0
     """How long an offering the cloud refused for capacity is skipped (Karpenter uses 3 minutes)."""
     # An idle on-demand agent of a spot pool (fallback capacity, ~3x the spot price) is

@@ -63,7 +63,7 @@ class ScalingPolicy(Protocol):
         heartbeats: Mapping[str, Heartbeat] | None = None,
         room_needed: int = 0,
         fresh_after: float | None = None,
-        budget_spent: bool = False,
+        month_to_date_usd: float | None = None,
     ) -> ReapPlan: ...
 
 
