@@ -10,7 +10,7 @@ no idle period, no capacity outage and no instance limit.
 
 No policy that starts every job on arrival can pay less (each relaxation only lowers the
 cost), so a cost target below this bound is out of reach for such policies on that workload,
-which is what ``benchmarks/sim_bounds.py`` reports. It is not a bound for a policy that
+which is what ``benchmarks/sim_workloads.py`` reports. It is not a bound for a policy that
 makes jobs wait: one could hold a small job back until GPUs an instance already pays for
 come free.
 """
