@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[3]
 
 # Powertools' batch utility (asyncio and its parser models), its event data classes (the
 # package imports every event source's), the experiment models, and Powertools' OpenAPI
@@ -67,3 +70,22 @@ def test_lazy_config_names_still_import() -> None:
     assert set(config.__all__) <= set(dir(config)) | set(config._LAZY)
     with pytest.raises(AttributeError, match="no_such_name"):
         _ = config.no_such_name
+
+
+def test_composing_a_function_builds_no_event_models() -> None:
+    """Every function composes the EC2 provider; only ``spot_reconcile`` parses EventBridge
+    events, so the provider must not import the parser (its pydantic models are built at
+    import: up to 0.03 s of every other function's start)."""
+    code = (
+        "import json, sys\n"
+        "from corral.handlers.aws.composition import context_from_env\n"
+        f"config = open({str(REPO / 'examples' / 'cluster.yaml')!r}).read()\n"
+        "context = context_from_env({'CORRAL_CLUSTER_CONFIG': config})\n"
+        "context.cloud.list_owned  # the provider is built, its clients are not\n"
+        "print(json.dumps('corral.adapters.aws.events' in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+
+    assert json.loads(out.stdout) is False

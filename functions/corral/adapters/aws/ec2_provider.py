@@ -25,7 +25,7 @@ from typing import Any
 
 from corral.adapters.aws.ec2_errors import launch_error, launch_error_from
 from corral.adapters.aws.ec2_params import render_user_data, run_instances_params
-from corral.adapters.aws.events import EC2_STATES
+from corral.adapters.aws.ec2_states import EC2_STATES
 from corral.adapters.provider_pools import cloud_pools
 from corral.domain.config.aws import AwsProvider
 from corral.domain.config.cluster import ClusterConfig

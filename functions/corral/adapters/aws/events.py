@@ -20,6 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from corral.adapters.aws.ec2_states import EC2_STATES
 from corral.domain.cloud_view import CloudState
 
 InstanceId = Annotated[str, StringConstraints(pattern=r"^i-[0-9a-f]{8,17}$")]
@@ -28,16 +29,6 @@ SPOT_INTERRUPTION = "EC2 Spot Instance Interruption Warning"
 REBALANCE = "EC2 Instance Rebalance Recommendation"
 STATE_CHANGE = "EC2 Instance State-change Notification"
 SCHEDULED = "Scheduled Event"
-
-# EC2's instance state names (API replies and state-change events alike).
-EC2_STATES: Mapping[str, CloudState] = {
-    "pending": CloudState.PENDING,
-    "running": CloudState.RUNNING,
-    "stopping": CloudState.STOPPING,
-    "stopped": CloudState.STOPPED,
-    "shutting-down": CloudState.TERMINATING,
-    "terminated": CloudState.TERMINATED,
-}
 
 
 class EventParseError(ValueError):
