@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -85,3 +88,49 @@ def test_a_crash_is_logged_with_the_correlation_id_and_answered_500(
     (crash,) = [x for x in logs if x.get("message", "").startswith("unhandled error")]
     assert crash["correlation_id"] == event["requestContext"]["requestId"]
     assert "store unreachable" in crash["exception"]
+
+
+def test_the_swagger_ui_is_served_by_its_own_resolver_and_only_loads_for_docs() -> None:
+    """Powertools' ``enable_swagger`` imports its OpenAPI models (0.08 to 0.14 s): a
+    container whose first request is not ``/docs`` must not pay for them, and ``/docs``
+    must still answer. A fresh interpreter: this process has imported everything."""
+    code = (
+        "import json, sys\n"
+        "from corral.handlers.aws import api\n"
+        "class Context:\n"
+        "    function_name = 'corral-api'\n"
+        "    memory_limit_in_mb = 512\n"
+        "    invoked_function_arn = 'arn:aws:lambda:us-east-1:123456789012:function:x'\n"
+        "    aws_request_id = 'req-1'\n"
+        "models = 'aws_lambda_powertools.event_handler.openapi.models'\n"
+        "events = json.loads(sys.argv[1])\n"
+        "health = api.handler(events[0], Context())\n"
+        "before = models in sys.modules\n"
+        "docs = api.handler(events[1], Context())\n"
+        "again = api.handler(events[0], Context())\n"
+        "print(json.dumps([health['statusCode'], before, docs['statusCode'],\n"
+        "    docs['headers'].get('Content-Type'), 'swagger' in docs['body'].lower(),\n"
+        "    again['statusCode']]))\n"
+    )
+    events = [http_event("GET", "/healthz"), http_event("GET", "/docs")]
+    env = {
+        **os.environ,
+        "CORRAL_API_AUTH": "token",
+        "CORRAL_USER_TOKEN": "user-token",
+        "POWERTOOLS_METRICS_NAMESPACE": "Corral",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(events)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
+
+    health, loaded_before_docs, docs, content_type, is_swagger, again = json.loads(
+        out.stdout.splitlines()[-1]
+    )
+    assert (health, loaded_before_docs) == (200, False)
+    assert (docs, content_type, is_swagger) == (200, "text/html", True)
+    assert again == 200

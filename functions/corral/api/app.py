@@ -37,7 +37,10 @@ def build_resolver(
     auth: Authenticator,
     *,
     cors: CORSConfig | None = None,
+    swagger: bool = True,
 ) -> APIGatewayHttpResolver:
+    """``swagger=False`` leaves out the Swagger UI at ``/docs`` (see ``openapi.configure``):
+    every other route, ``/openapi.json`` included, is the same."""
     # Validation: request bodies and query parameters are checked against the pydantic
     # models (422 naming the field) before a route runs, and responses against theirs. Every
     # JSON body is decoded by ``parse_json_body``: too large or too deep is refused unparsed.
@@ -50,5 +53,5 @@ def build_resolver(
     routes_fleet.register(app, deps)
     routes_agents.register(app, deps)
     routes_dashboard.register(app, deps)
-    openapi.configure(app)
+    openapi.configure(app, swagger=swagger)
     return app
