@@ -23,6 +23,11 @@ own work, one cost at a time on top of the baseline: the SSM client and read, Po
 Logger and Metrics, pydantic and PyYAML, then Corral's config models validating the config
 (printed below the handlers; docs/benchmarks.md reads the gap from it).
 
+``--breakdown`` adds, per handler, what its start is made of: the share of each family of
+imports (the AWS SDK, Powertools, pydantic, PyYAML, Corral's config models, the rest of
+Corral, the standard library) and of the handler's own work, and how many dataclasses the
+start defines (``cold_start_breakdown.py``).
+
 ``--against DIR`` times each handler a second time in the same rounds from another
 checkout's ``functions/`` (``git worktree add /tmp/before main``, then ``--against
 /tmp/before/functions``) and prints the median of the paired ratios: how a change moved each
@@ -242,6 +247,11 @@ def main() -> int:
         " the same rounds, and the paired ratio printed (for before/after figures)",
     )
     parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also print what each handler's start is made of (see cold_start_breakdown.py)",
+    )
+    parser.add_argument(
         "--package",
         action="store_true",
         help="time each handler from the deployment package as functions/Makefile builds it"
@@ -263,6 +273,7 @@ def main() -> int:
                 Path(tmp),
                 args.runs,
                 floor=args.floor,
+                breakdown=args.breakdown,
                 code=code,
                 against=against,
                 no_bytecode=no_bytecode,
@@ -277,6 +288,7 @@ def _measure(
     runs: int,
     *,
     floor: bool = False,
+    breakdown: bool = False,
     code: Path = REPO / "functions",
     against: Path | None = None,
     no_bytecode: bool = False,
@@ -351,6 +363,16 @@ def _measure(
                 f" (that tree: {statistics.median(other) / baseline:.2f} x baseline)"
             )
     print(f"worst: {worst:.2f}x the baseline (bar: {BUDGET}x)")
+    if breakdown:
+        import cold_start_breakdown as parts
+
+        handlers = [(n, p) for n, p in probes.items() if n == "baseline" or n.startswith("corral.")]
+        runs_of: dict[str, list[parts.Breakdown]] = {name: [] for name, _ in handlers}
+        for _ in range(runs):  # interleaved, as the timed rounds
+            for name, (args, env) in handlers:
+                runs_of[name].append(parts.run(args, env, sys.executable))
+        print(f"\nwhat each start is made of: median of {runs} more runs each, under -X importtime")
+        print(parts.table((name, parts.median(found)) for name, found in runs_of.items()))
     return 0
 
 
