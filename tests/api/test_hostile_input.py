@@ -135,6 +135,18 @@ def _body_routes(api: ApiClient) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.parametrize("content_type", ["text/plain", "application/yaml", "image/png"])
+def test_a_body_that_is_not_json_is_a_415_naming_the_content_type(
+    api: ApiClient, cluster: Cluster, content_type: str
+) -> None:
+    body = json.dumps({"config": {"entrypoint": "echo hi"}})
+    error = _refused_unchanged(
+        api, cluster, 415, raw_body=body, headers={"content-type": content_type}
+    )
+    assert content_type in error["message"]
+    assert "application/json" in error["message"]
+
+
 def test_every_route_with_a_body_refuses_deep_json_unparsed(
     api: ApiClient, cluster: Cluster
 ) -> None:

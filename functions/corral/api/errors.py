@@ -19,7 +19,10 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError as NoRoute
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
 
 from corral.api.auth import AuthError
 from corral.api.http_events import BodyRefused
@@ -132,6 +135,11 @@ def install_error_handlers(app: APIGatewayHttpResolver) -> None:
         logger.info("request nested too deeply: %s", exc)
         return error_response(400, "the request is nested too deeply to process")
 
+    def not_json(exc: RequestUnsupportedContentType) -> Response[Any]:
+        # Powertools' validation reads JSON, forms and multipart; every route takes JSON.
+        sent = app.current_event.headers.get("content-type", "")
+        return error_response(415, f"the body must be application/json, not {sent}")
+
     def not_utf8(exc: UnicodeDecodeError) -> Response[Any]:
         return error_response(400, "the request body is not valid UTF-8")
 
@@ -142,6 +150,7 @@ def install_error_handlers(app: APIGatewayHttpResolver) -> None:
 
     handlers: list[tuple[type[Exception] | list[type[Exception]], Callable[[Any], Any]]] = [
         (RequestValidationError, _validation_errors),
+        (RequestUnsupportedContentType, not_json),
         (ConfigError, config_error),
         (SubmitError, submit_error),
         (ApiError, lambda e: error_response(e.status, e.message, e.errors)),

@@ -3,9 +3,9 @@
 ``/openapi.json`` also states what Powertools' generator leaves out or gets wrong, so clients
 and the fuzzer (tests/api/test_fuzz_openapi.py) can hold every response to it: every error
 body is ``ErrorBody`` (Powertools documents 422 as its own ``HTTPValidationError``), a route
-with a body may answer 400 and 413 (``http_events.parse_json_body``), one with a path
-parameter 404 (no such record, or no route for a malformed id), and one needing credentials
-401 and 403. ``/healthz`` needs none.
+with a body may answer 400 and 413 (``http_events.parse_json_body``) and 415 (a body that is
+not JSON), one with a path parameter 404 (no such record, or no route for a malformed id),
+and one needing credentials 401 and 403. ``/healthz`` needs none.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ _DESCRIPTIONS = {
     404: "No such record",
     409: "The record changed concurrently, or its state forbids this; retry or give up",
     413: "The request body is over the size limit (named in the message)",
+    415: "The request body is not application/json",
     422: "Invalid input; errors[].field names each wrong field",
 }
 # As the document spells them. Powertools validates these into its OpenAPI models when it
@@ -95,7 +96,7 @@ def complete(doc: dict[str, Any]) -> dict[str, Any]:
             params = operation.get("parameters", [])
             statuses = set()
             if "requestBody" in operation:
-                statuses |= {400, 413, 422}
+                statuses |= {400, 413, 415, 422}
             if params:
                 statuses.add(422)
             if any(p.get("in") == "path" for p in params):
