@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from corral.domain.records import Event, EventKind
 from corral.services.shared.service_context import Context
 from tests.services.harness import Cluster
@@ -85,6 +87,14 @@ def test_bad_query_parameters_name_the_parameter(api: ApiClient) -> None:
     assert api.get("/trials/t/logs", query={"after_seq": "x"}).json["errors"][0]["field"] == (
         "after_seq"
     )
+
+
+@pytest.mark.parametrize("since", ["nan", "inf", "1e400", "-infinity"])
+def test_a_time_that_is_not_finite_is_a_422(api: ApiClient, since: str) -> None:
+    # It was answered 200 with "next_since": NaN, which is not JSON.
+    reply = api.get("/events", query={"since": since})
+    assert reply.status == 422, reply.text
+    assert reply.json["errors"][0]["field"] == "since"
 
 
 def test_openapi_lists_the_routes_and_docs_serve_html(api: ApiClient) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.event_handler.openapi.params import Query
+from pydantic import FiniteFloat
 
 from corral.api import views
 from corral.api.deps import Deps
@@ -74,7 +75,9 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
         responses=errors(),
     )
     def list_events(
-        since: Annotated[float, Query(description="Events strictly after this time")] = 0.0,
+        # FiniteFloat, not Query(allow_inf_nan=False): Powertools passes that on misspelt
+        # (allow_nan), so pydantic never sees it.
+        since: Annotated[FiniteFloat, Query(description="Events strictly after this time")] = 0.0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 200,
         pool: Annotated[str | None, Query()] = None,
     ) -> EventsPage:

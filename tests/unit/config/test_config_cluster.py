@@ -59,6 +59,15 @@ def test_max_below_min_is_reported_at_max_instances() -> None:
     ]
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_numbers_must_be_finite(value: float) -> None:
+    # An infinite budget was accepted, then every pool listing answered "Infinity", which
+    # is not JSON (the dashboard could not read it).
+    assert cluster_problems(one_pool(monthly_budget_usd=value)) == [
+        "resource_pools[0].provider.monthly_budget_usd: must be a finite number"
+    ]
+
+
 def test_spot_max_price_needs_spot() -> None:
     assert cluster_problems(one_pool(spot_max_price="0.90")) == [
         "resource_pools[0].provider.spot_max_price: only allowed with spot: true"

@@ -183,12 +183,14 @@ def _detail(err: Mapping[str, Any]) -> InitErrorDetails:
 
 
 class FrozenModel(BaseModel):
-    """Base of every config model: immutable, and unknown keys are errors (typos get caught).
+    """Base of every config model: immutable, unknown keys are errors (typos get caught), and
+    a number must be finite (YAML's ``.inf`` and ``.nan`` are floats to pydantic, and a
+    budget of infinity came back from the API as ``Infinity``, which is not JSON).
 
     Reports field errors and the problems of every ``@rule`` together (see above).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @classmethod
     def _prepare(cls, data: Any) -> tuple[Any, list[PydanticCustomError]]:

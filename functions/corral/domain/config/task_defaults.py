@@ -39,7 +39,7 @@ PortRange = Annotated[str, BeforeValidator(_port_range)]
 class TaskContainerDefaults(BaseModel):
     # FrozenModel's settings; not FrozenModel itself, which common.py (its home) imports this
     # module for CommonProvider. No cross-field rules here to collect.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     gloo_port_range: PortRange | None = Field(
         default=None,
