@@ -87,16 +87,31 @@ class PoolPlan:
     month_to_date_usd: float | None = None
 
 
+# A trial and every agent of its gang are assigned in one commit, and DynamoDB's
+# TransactWriteItems takes at most 100 items: a gang spans at most 99 instances. (A bigger
+# one was accepted and then failed every schedule pass of the cluster.)
+MAX_GANG_INSTANCES = 99
+
+
+def gang_instances_limit(pool: PoolPolicy) -> int:
+    """The most instances one trial of ``pool`` may span."""
+    return min(pool.max_instances, MAX_GANG_INSTANCES)
+
+
 def max_trial_slots(pool: PoolPolicy) -> int:
-    """The largest trial a pool can ever run: every instance of its biggest offering (gangs
-    are uniform, so a bigger one could only mix instance types)."""
+    """The largest trial a pool can ever run: as many instances of its biggest offering as
+    one gang may span (gangs are uniform, so a bigger one could only mix instance types)."""
     biggest = max((o.slots for o in pool.offerings()), default=0)
-    return biggest * pool.max_instances
+    return biggest * gang_instances_limit(pool)
 
 
 def instances_needed(slots: int, offering: Offering) -> int:
     """Instances of ``offering`` a trial of ``slots`` GPUs takes (a uniform gang)."""
     return max(1, -(-slots // max(offering.slots, 1)))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def infeasible_reason(slots: int, pool: PoolPolicy) -> str | None:
@@ -112,13 +127,21 @@ def infeasible_reason(slots: int, pool: PoolPolicy) -> str | None:
         return f"pool {pool.name} has max_instances 0"
     limit = max_trial_slots(pool)
     if slots > limit:
+        span = gang_instances_limit(pool)
+        each = limit // span
+        if span < pool.max_instances:
+            return (
+                f"needs {slots} GPUs but a trial spans at most {MAX_GANG_INSTANCES} instances:"
+                f" {limit} GPUs in pool {pool.name} ({_count(each, 'GPU')} each)"
+            )
         return (
             f"needs {slots} GPUs but pool {pool.name} holds at most {limit} "
-            f"({pool.max_instances} instances x {limit // pool.max_instances} GPUs)"
+            f"({_count(span, 'instance')} x {_count(each, 'GPU')})"
         )
     budget = pool.monthly_budget_usd
     if budget is not None:
-        within = [o for o in offerings if instances_needed(slots, o) <= pool.max_instances]
+        span = gang_instances_limit(pool)
+        within = [o for o in offerings if instances_needed(slots, o) <= span]
         disk = pool.disk_hourly_usd
         cheapest = min((o.hourly_price + disk) * instances_needed(slots, o) for o in within)
         if cheapest * BUDGET_LOOKAHEAD_H > budget:
@@ -237,6 +260,8 @@ class _Buyer:
             if offering.slots <= 0:
                 continue
             needed = instances_needed(slots, offering)
+            if needed > MAX_GANG_INSTANCES:
+                continue  # too many agents for the one commit that assigns them
             reuse = index.fully_free_of(offering.instance_type)[:needed]
             new = needed - len(reuse)
             key = (needed, new * offering.hourly_price, not offering.is_spot, n)

@@ -230,6 +230,32 @@ def test_infeasible_trials_are_named_at_submit_time() -> None:
     assert infeasible_reason(1, pool()) == "pool gpu has no instance type to launch"
 
 
+def test_one_instance_and_one_gpu_are_singular_in_the_reason() -> None:
+    assert infeasible_reason(9, pool(offering("g.8", 8, 9.0), max_instances=1)) == (
+        "needs 9 GPUs but pool gpu holds at most 8 (1 instance x 8 GPUs)"
+    )
+
+
+def test_a_gang_spans_at_most_99_instances() -> None:
+    # A trial is assigned with all its agents in one commit (100 items in DynamoDB): 105
+    # one-GPU instances were accepted, then every schedule pass failed on the commit.
+    big = pool(ONE, max_instances=150)
+    assert infeasible_reason(99, big) is None
+    assert infeasible_reason(105, big) == (
+        "needs 105 GPUs but a trial spans at most 99 instances: 99 GPUs in pool gpu (1 GPU each)"
+    )
+    # A bigger shape covers it on fewer instances.
+    assert infeasible_reason(105, pool(ONE, FOUR, max_instances=150)) is None
+
+
+def test_a_gang_is_never_planned_on_more_than_99_instances() -> None:
+    gang = pending("wide", slots=120)
+    plan = plan_pool(pool(ONE, FOUR, max_instances=150), [gang], [], state(), NOW)
+    assert [launch.offering.instance_type for launch in plan.launches] == ["g.4"] * 30
+    alone = plan_pool(pool(ONE, max_instances=150), [gang], [], state(), NOW)
+    assert len(alone.launches) <= 99
+
+
 # ---- gangs on the fewest instances (distributed.yaml on examples/cluster.yaml) ------------
 SMALL_SPOT = offering("g5.xlarge", 1, 0.4, SPOT, "us-east-1")
 BIG_SPOT = offering("g5.12xlarge", 4, 2.25, SPOT, "us-east-1")
