@@ -13,7 +13,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIG = str(EXAMPLES / "sim-cluster.yaml")
 TRACE = str(EXAMPLES / "tiny-trace.csv")
 KEYS = [
-    "policy", "jobs", "completed", "cost_usd", "oracle_cost_usd", "cost_ratio",
+    "policy", "jobs", "completed", "rejected", "cost_usd", "oracle_cost_usd", "cost_ratio",
     "wait_p50_s", "wait_p95_s", "wait_max_s", "gpu_hours_used", "gpu_hours_paid",
     "idle_gpu_hours", "instances_launched", "spot_interruptions", "lost_gpu_hours",
     "restart_gpu_hours",
@@ -33,6 +33,22 @@ def test_json_has_exactly_the_documented_keys() -> None:
     figures = json.loads(out)
     assert list(figures) == KEYS
     assert figures["policy"] == "determined" and figures["completed"] == 10
+
+
+def test_jobs_no_pool_can_run_are_counted_as_rejected(tmp_path: Path) -> None:
+    # 105 GPUs on one-GPU instances would take 105 instances, more than one gang may span;
+    # the run dropped it without a word.
+    config = tmp_path / "big.yaml"
+    config.write_text(
+        "resource_pools:\n  - name: big\n    provider: {type: aws, region: us-east-1,"
+        " image_id: ami-0123456789abcdef0, instance_type: g5.xlarge, max_instances: 150}\n"
+    )
+    trace = tmp_path / "trace.csv"
+    trace.write_text("submit_s,gpus,duration_s\n0,105,100\n0,2,100\n")
+    code, out, _ = sim("--trace", str(trace), "--config", str(config), "--json")
+    assert code == 0
+    figures = json.loads(out)
+    assert (figures["jobs"], figures["completed"], figures["rejected"]) == (2, 1, 1)
 
 
 def test_table_without_json() -> None:

@@ -36,6 +36,8 @@ class SimMetrics:
     policy: str
     jobs: int
     completed: int
+    # Jobs no pool can ever run, refused at submit as the API would (422): never replayed.
+    rejected: int
     cost_usd: float
     oracle_cost_usd: float
     cost_ratio: float
@@ -100,6 +102,7 @@ def measure(replay: Replay, offerings: Iterable[Offering]) -> SimMetrics:
         policy=replay.policy,
         jobs=len(runs) + len(replay.rejected),
         completed=sum(1 for r in runs if r.completed_at is not None),
+        rejected=len(replay.rejected),
         cost_usd=round(cost, 2),
         oracle_cost_usd=round(oracle, 2),
         cost_ratio=round(cost / oracle, 4) if oracle > 0 else 0.0,
