@@ -172,6 +172,19 @@ class ApiClient:
             ) from None
 
 
+def api_path(*segments: str) -> str:
+    """``/experiments/<id>/trials`` from ``("experiments", id, "trials")``, each segment
+    percent-encoded whole (``safe=""``): an id with ``/``, ``?``, ``#`` or a space stays one
+    segment that the API refuses with its own 404, instead of naming another route, a query,
+    a fragment, or a URL urllib cannot send. An empty, ``.`` or ``..`` id is refused here:
+    an empty segment names the collection, and URL normalization (ours or a proxy's) would
+    resolve the dot segments to another route before the API saw them."""
+    for segment in segments:
+        if segment in ("", ".", ".."):
+            raise CliError(f"bad ID {segment!r}", EXIT_USAGE)
+    return "".join("/" + urllib.parse.quote(segment, safe="") for segment in segments)
+
+
 def _reason(exc: BaseException) -> str:
     """``Connection refused`` rather than ``<urlopen error [Errno 111] Connection refused>``."""
     reason: Any = getattr(exc, "reason", exc)

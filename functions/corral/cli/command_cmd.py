@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from corral.cli import render
-from corral.cli.client import ApiClient, client_from
+from corral.cli.client import ApiClient, api_path, client_from
 from corral.cli.experiment_cmd import read_config
 from corral.cli.render import EndpointOption, JsonOption
 from corral.cli.trial_cmd import stream_logs
@@ -39,14 +39,14 @@ def run(
     """Run a command as a one-trial job, print all of its output and exit with its exit
     code (non-zero with the reason on stderr if it was killed or could not run)."""
     with render.guard():
+        config = read_config(config_file) if config_file else {}  # a bad file first
         client = client_from(endpoint)
-        config = read_config(config_file) if config_file else {}
         detail = client.post("/commands", {"config": config, "argv": list(argv)})
         if json_out:
             render.print_json(detail)
             return
         trial_ids = [t["id"] for t in detail.get("trials") or []]
-        render.err_console.print(f"command {detail['id']}: trial {', '.join(trial_ids)}")
+        render.echo(f"command {detail['id']}: trial {', '.join(trial_ids)}", err=True)
         if not follow or not trial_ids:
             return
         page = stream_logs(client, trial_ids[0], follow=True)
@@ -61,7 +61,7 @@ def exit_status(client: ApiClient, command_id: str, trial_id: str, page: dict[st
     state = page.get("trial_state")
     if state == "COMPLETED":
         return 0
-    trial = client.get(f"/trials/{trial_id}")
+    trial = client.get(api_path("trials", trial_id))
     state = trial.get("state") or state
     code = trial.get("exit_code")
     if state == "FAILED" and isinstance(code, int) and 0 < code < 256:
@@ -76,7 +76,7 @@ def exit_status(client: ApiClient, command_id: str, trial_id: str, page: dict[st
         why = history[-1].get("reason")
     if code is not None:
         why = f"{why or 'ended'} (exit code {code})"
-    render.err_console.print(
-        f"command {command_id} {state}: {why or 'no reason given'}", markup=False, soft_wrap=True
+    render.echo(
+        f"command {command_id} {state}: {why or 'no reason given'}", err=True, soft_wrap=True
     )
     return 1

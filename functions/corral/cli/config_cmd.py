@@ -213,7 +213,12 @@ def reference_cmd(
         typer.echo(reference.blocks())
         return
     try:
-        text = target.read_text(encoding="utf-8")
+        text = read_source(target)
+    except ConfigError as exc:  # missing, a directory, not UTF-8: as `validate` says it
+        for problem in exc.problems:
+            typer.echo(f"{problem.path or target}: {problem.reason}", err=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    try:
         diff = reference.stale_diff(text, str(target))
         if update is not None:
             if diff:

@@ -140,7 +140,7 @@ def dashboard(
             proxy = DashboardProxy(resolved.url, signer, port)
         except OSError as exc:
             raise CliError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
-        render.console.print(
+        render.echo(
             f"Corral dashboard for {resolved.url}\n"
             f"  open:  {proxy.page_url}\n"
             "  (listening on 127.0.0.1 only; Ctrl-C stops it)",

@@ -15,6 +15,7 @@ import typer
 
 from corral.cli import render
 from corral.cli.client import ApiClient, CliError, Endpoint, check_url, resolve_endpoint
+from corral.cli.experiment_cmd import read_config
 from corral.local.state import STATE_ENV, StateDir, pid_alive
 
 app = typer.Typer(
@@ -69,8 +70,7 @@ def up(
                 f"a local stack already runs (pid {running}) at {state.endpoint()}; "
                 "`corral dev down` stops it"
             )
-        if not config.exists():
-            raise CliError(f"{config}: no such file")
+        read_config(config)  # a missing, directory or non-UTF-8 file: said as everywhere
         if detach:
             state.prepare()
             log = state.logs / "stack.log"
@@ -104,7 +104,7 @@ def up(
                     start_new_session=True,
                 )
             url = _wait_ready(state, proc, log)
-            render.console.print(
+            render.echo(
                 f"local stack running in the background (pid {proc.pid})\n"
                 f"  API:        {url}\n  AWS (moto): {state.aws_endpoint()}\n"
                 f"  logs:       {state.logs}\n  stop:       corral dev down"
@@ -147,7 +147,7 @@ def _run_foreground(
         stack.start()
     except (OSError, RuntimeError, ValueError) as exc:
         raise CliError(f"could not start the local stack: {exc}") from None
-    render.console.print(stack.banner())
+    render.echo(stack.banner())
     stack.run_until_signalled()
 
 
@@ -201,8 +201,8 @@ def _refuse_while_active(state: StateDir) -> None:
             "/experiments", {"limit": 500}
         )
     except CliError as exc:
-        render.err_console.print(
-            f"could not list the stack's experiments ({exc.message}); stopping it"
+        render.echo(
+            f"could not list the stack's experiments ({exc.message}); stopping it", err=True
         )
         return
     experiments = reply.get("experiments") if isinstance(reply, dict) else None
@@ -240,7 +240,7 @@ def status(json_out: render.JsonOption = False) -> None:
             render.print_json(info)
             return
         if pid is None:
-            render.console.print(f"no local stack is running (state: {state.root})")
+            render.echo(f"no local stack is running (state: {state.root})")
             raise typer.Exit(1)
         render.fields("Local stack", [(k, v) for k, v in info.items() if k != "agent_dirs"])
 
@@ -314,7 +314,7 @@ def interrupt(
         except faults.FaultError as exc:
             raise CliError(str(exc)) from None
         shown = cloud_id if cloud_id == ident else f"{ident} ({cloud_id})"
-        render.console.print(
+        render.echo(
             f"spot interruption warning sent to {shown}; terminated in "
             f"{max(0.0, at - time.time()):.0f} s"
         )
@@ -339,10 +339,10 @@ def capacity(
         try:
             if unavailable:
                 key = faults.set_unavailable(state, unavailable, True)
-                render.console.print(f"{key}: launches now fail with InsufficientInstanceCapacity")
+                render.echo(f"{key}: launches now fail with InsufficientInstanceCapacity")
             if available:
                 key = faults.set_unavailable(state, available, False)
-                render.console.print(f"{key}: available again")
+                render.echo(f"{key}: available again")
         except faults.FaultError as exc:
             raise CliError(str(exc), 2) from None
 
@@ -371,9 +371,10 @@ def user_add(
             raise CliError(str(exc), 2) from None
         # The token alone on stdout, so `export CORRAL_TOKEN=$(corral dev user add bob)` works.
         sys.stdout.write(token + "\n")
-        render.err_console.print(
+        render.echo(
             f"user {name}: {'new token' if rotate else 'added'} (not an admin unless the "
-            "cluster config's `admins` names them); CORRAL_TOKEN=<the token above>"
+            "cluster config's `admins` names them); CORRAL_TOKEN=<the token above>",
+            err=True,
         )
 
 
@@ -387,4 +388,4 @@ def user_list() -> None:
             found = users.names(_state())
         except users.UserError as exc:
             raise CliError(str(exc)) from None
-        render.console.print("\n".join(found) if found else "no users (start the stack first)")
+        render.echo("\n".join(found) if found else "no users (start the stack first)")

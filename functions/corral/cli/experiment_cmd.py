@@ -10,8 +10,9 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from corral.cli import render
-from corral.cli.client import ApiClient, CliError, client_from
+from corral.cli.client import EXIT_USAGE, ApiClient, CliError, api_path, client_from
 from corral.cli.render import EndpointOption, JsonOption
+from corral.domain.config import ConfigError, read_source
 
 app = typer.Typer(help="Submit, list, inspect and kill experiments.", no_args_is_help=True)
 
@@ -41,10 +42,13 @@ def best_line(best: dict[str, Any] | None) -> str:
 
 
 def read_config(file: Path) -> str:
+    """The text of a user's config file, read as ``corral config validate`` reads it: the
+    same ``FILE: reason`` (no such file, is a directory, not UTF-8) and the same exit 2."""
     try:
-        return file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CliError(f"{file}: {getattr(exc, 'strerror', None) or exc}") from None
+        return read_source(file)
+    except ConfigError as exc:
+        reasons = "; ".join(f"{p.path or file}: {p.reason}" for p in exc.problems)
+        raise CliError(reasons, EXIT_USAGE) from None
 
 
 def trial_line(trial: dict[str, Any]) -> str:
@@ -80,12 +84,12 @@ def follow_experiment(
     with Progress(*columns, console=render.console, transient=False) as progress:
         overall = progress.add_task("trials completed", total=None)
         while True:
-            detail = client.get(f"/experiments/{experiment_id}")
+            detail = client.get(api_path("experiments", experiment_id))
             trials = detail.get("trials") or []
             for trial in trials:
                 line = trial_line(trial)
                 if seen.get(trial["id"]) != line:
-                    progress.console.print(f"{trial['id']}: {line}")
+                    progress.console.print(f"{trial['id']}: {line}", markup=False, emoji=False)
                     seen[trial["id"]] = line
             done = sum(1 for t in trials if t.get("state") in TRIAL_TERMINAL)
             progress.update(overall, total=len(trials) or None, completed=done)
@@ -120,15 +124,15 @@ def create(
 ) -> None:
     """Submit an experiment; with --follow, exit 0 only if every trial completes."""
     with render.guard():
+        body: dict[str, Any] = {"config": read_config(file)}  # a bad file first: no API
         client = client_from(endpoint)
-        body: dict[str, Any] = {"config": read_config(file)}
         if client_token:
             body["client_token"] = client_token
         detail = client.post("/experiments", body)
         if json_out and not follow:
             render.print_json(detail)
             return
-        render.console.print(
+        render.echo(
             f"created experiment {detail['id']} ({detail.get('name')}): "
             f"{detail.get('trial_count', len(detail.get('trials') or []))} trial(s) "
             f"in pool {detail.get('pool')}"
@@ -139,7 +143,7 @@ def create(
         if json_out:
             render.print_json(final)
         else:
-            render.console.print(summary_line(final))
+            render.echo(summary_line(final))
         if final.get("state") != "COMPLETED":
             raise typer.Exit(1)
 
@@ -176,7 +180,7 @@ def describe(
 ) -> None:
     """An experiment and its trials."""
     with render.guard():
-        e = client_from(endpoint).get(f"/experiments/{experiment_id}")
+        e = client_from(endpoint).get(api_path("experiments", experiment_id))
         if json_out:
             render.print_json(e)
             return
@@ -206,8 +210,8 @@ def kill(
     """Stop every trial of an experiment (running ones are told to stop). Only its owner or
     an admin (the cluster config's `admins`) may."""
     with render.guard():
-        e = client_from(endpoint).post(f"/experiments/{experiment_id}/kill")
+        e = client_from(endpoint).post(api_path("experiments", experiment_id, "kill"))
         if json_out:
             render.print_json(e)
             return
-        render.console.print(f"experiment {e.get('id')}: {e.get('state')}")
+        render.echo(f"experiment {e.get('id')}: {e.get('state')}")

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import urllib.parse
 from typing import Annotated
 
 import typer
 
 from corral.cli import render
-from corral.cli.client import client_from
+from corral.cli.client import api_path, client_from
 from corral.cli.render import EndpointOption, JsonOption
 
 app = typer.Typer(help="Inspect resource pools.", no_args_is_help=True)
@@ -66,13 +65,12 @@ def reset_breaker(
     """Close the pool's boot circuit breaker now, once the image or startup script that kept
     instances from registering is fixed (admins only; the event log says who)."""
     with render.guard():
-        path = f"/pools/{urllib.parse.quote(name, safe='')}/reset-breaker"
-        pool = client_from(endpoint).post(path)
+        pool = client_from(endpoint).post(api_path("pools", name, "reset-breaker"))
         if json_out:
             render.print_json(pool)
             return
         breaker = pool.get("breaker") or {}
-        render.console.print(
+        render.echo(
             f"pool {pool.get('name')}: breaker {'open' if breaker.get('open') else 'closed'}, "
             f"{breaker.get('boot_failures', 0)} boot failure(s) counted"
         )

@@ -20,6 +20,9 @@ from rich.text import Text
 
 from corral.cli.client import EXIT_ERROR, CliError
 
+# Markup stays on for callers that style their own words (``corral.local.demo``); what this
+# module prints from data (API replies, ids, names, messages, paths) goes in as ``Text`` or
+# with ``markup=False``, so "[/x]" in a name is shown as typed, never parsed (or crashed on).
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
@@ -55,15 +58,25 @@ def guard() -> Iterator[None]:
     try:
         yield
     except CliError as exc:
-        err_console.print(f"[red]error:[/red] {exc.message}", markup=True, soft_wrap=True)
+        err_console.print(Text.assemble(("error:", "red"), " ", exc.message), soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except typer.Exit:
         raise
     except Exception as exc:  # a bug in Corral: still one line
-        err_console.print(f"error: internal: {type(exc).__name__}: {exc}", markup=False)
+        echo(f"error: internal: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(EXIT_ERROR) from None
+
+
+def echo(text: str, *, err: bool = False, soft_wrap: bool = False) -> None:
+    """Print ``text`` as it is: no markup, no emoji codes (it holds ids, names, paths)."""
+    (err_console if err else console).print(text, markup=False, emoji=False, soft_wrap=soft_wrap)
+
+
+def cell(value: Any) -> Text:
+    """A value as literal text for a table or panel; a ``Text`` (a styled state) is kept."""
+    return value if isinstance(value, Text) else Text(str(value))
 
 
 def print_json(data: Any) -> None:
@@ -113,10 +126,10 @@ _STATE_STYLE = {
 }
 
 
-def state(value: Any) -> str:
+def state(value: Any) -> Text:
+    """The state, coloured if it is one we know; whatever the API sent, shown literally."""
     text = str(value or "-")
-    style = _STATE_STYLE.get(text.upper())
-    return f"[{style}]{text}[/{style}]" if style else text
+    return Text(text, style=_STATE_STYLE.get(text.upper(), ""))
 
 
 def _col(column: Column, first: bool) -> Col:
@@ -125,11 +138,11 @@ def _col(column: Column, first: bool) -> Col:
     return Col(column[0], column[1], fit="keep" if first else "cut")
 
 
-def _fit(cols: list[Col], cells: list[list[str]], width: int) -> tuple[list[Col], list[int]]:
+def _fit(cols: list[Col], cells: list[list[Text]], width: int) -> tuple[list[Col], list[int]]:
     """The columns to show and each one's width, so the table fits ``width`` if it can:
     cut and wrap columns give up width first, then droppable columns go."""
     natural = [
-        max([Text(c.header).cell_len] + [Text.from_markup(row[n]).cell_len for row in cells])
+        max([Text(c.header).cell_len] + [row[n].cell_len for row in cells])
         for n, c in enumerate(cols)
     ]
     shown = list(range(len(cols)))
@@ -162,14 +175,14 @@ def table(title: str | None, columns: Sequence[Column], rows: Sequence[dict[str,
     """Rows as a table that fits the terminal (80 columns included): headers and ids are
     never broken, long values are cut with "…" or wrapped at spaces, low-value columns go."""
     if not rows:
-        console.print(f"no {title.lower() if title else 'rows'}")
+        echo(f"no {title.lower() if title else 'rows'}")
         return
     cols = [_col(c, n == 0) for n, c in enumerate(columns)]
-    cells = [[str(c.get(row)) for c in cols] for row in rows]
+    cells = [[cell(c.get(row)) for c in cols] for row in rows]
     shown, widths = _fit(cols, cells, console.width)
     index = [cols.index(c) for c in shown]
     out = Table(
-        title=title,
+        title=None if title is None else Text(title),
         title_justify="left",
         show_edge=False,
         pad_edge=False,
@@ -189,11 +202,11 @@ def table(title: str | None, columns: Sequence[Column], rows: Sequence[dict[str,
 
 
 def fields(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
-    out = Table(title=title, title_justify="left", show_header=False, show_edge=False)
+    out = Table(title=Text(title), title_justify="left", show_header=False, show_edge=False)
     out.add_column(style="bold")
     out.add_column(overflow="fold")
     for key, value in pairs:
-        out.add_row(key, "-" if value is None or value == "" else str(value))
+        out.add_row(Text(key), cell("-" if value is None or value == "" else value))
     console.print(out)
 
 

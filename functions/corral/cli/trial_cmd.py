@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from corral.cli import render
-from corral.cli.client import ApiClient, client_from
+from corral.cli.client import ApiClient, api_path, client_from
 from corral.cli.render import EndpointOption, JsonOption
 
 app = typer.Typer(help="Inspect trials and read their logs.", no_args_is_help=True)
@@ -26,7 +26,7 @@ def list_cmd(
         trials: list[dict[str, object]] = []
         offset: int | None = 0
         while offset is not None:  # every page: the API holds a response to 6 MB
-            page = client.get(f"/experiments/{experiment_id}/trials", {"offset": offset})
+            page = client.get(api_path("experiments", experiment_id, "trials"), {"offset": offset})
             trials.extend(page.get("trials") or [])
             offset = page.get("next_offset")
         if json_out:
@@ -43,7 +43,7 @@ def describe(
 ) -> None:
     """One trial: state, placement, checkpoint, cost and history."""
     with render.guard():
-        t = client_from(endpoint).get(f"/trials/{trial_id}")
+        t = client_from(endpoint).get(api_path("trials", trial_id))
         if json_out:
             render.print_json(t)
             return
@@ -107,7 +107,7 @@ def stream_logs(
     emit = printer or (lambda line: print(line, flush=True))
     waited = 0.0  # while done but incomplete: time since lines last came
     while True:
-        page = client.get(f"/trials/{trial_id}/logs", {"after_seq": after, "limit": 1000})
+        page = client.get(api_path("trials", trial_id, "logs"), {"after_seq": after, "limit": 1000})
         lines = page.get("lines") or []
         for line in lines:
             emit(line.get("line", ""))
@@ -121,10 +121,10 @@ def stream_logs(
                 return dict(page)
             waited = 0.0 if lines else waited + poll_s
             if waited >= drain_s:
-                render.err_console.print(
+                render.echo(
                     f"warning: the last output of trial {trial_id} has not arrived; "
                     f"`corral trial logs {trial_id}` shows it if it does",
-                    markup=False,
+                    err=True,
                     soft_wrap=True,
                 )
                 return dict(page)
@@ -142,6 +142,6 @@ def logs(
     with render.guard():
         client = client_from(endpoint)
         if json_out:
-            render.print_json(client.get(f"/trials/{trial_id}/logs", {"limit": 5000}))
+            render.print_json(client.get(api_path("trials", trial_id, "logs"), {"limit": 5000}))
             return
         stream_logs(client, trial_id, follow=follow)

@@ -123,10 +123,10 @@ def run(config: Path, experiment: Path, state: StateDir, timeout_s: float) -> in
     stack = DevStack(options)
     try:
         stack.start()
-        render.console.print(stack.banner().splitlines()[0] + f" ({stack.api_url})")
+        render.echo(stack.banner().splitlines()[0] + f" ({stack.api_url})")
         client = demo_client(stack)
         created = client.post("/experiments", {"config": experiment.read_text()})
-        render.console.print(f"submitted {created['id']}: {created.get('trial_count')} trials")
+        render.echo(f"submitted {created['id']}: {created.get('trial_count')} trials")
         interrupter = Interrupter(stack, after_s=6.0, notice_s=6.0)
         remaining = timeout_s - (time.monotonic() - started)
         detail = follow_experiment(
@@ -138,11 +138,11 @@ def run(config: Path, experiment: Path, state: StateDir, timeout_s: float) -> in
         wait_for_min_instances(client, timeout_s - (time.monotonic() - started))
         render.console.print("[bold]Summary[/bold]")
         for line in summary(client, detail, interrupter):
-            render.console.print(f"  {line}")
+            render.echo(f"  {line}")
         render.console.print(f"demo finished in {time.monotonic() - started:.0f} s")
         return 0
     except CliError as exc:
-        render.err_console.print(f"demo failed: {exc.message} (logs: {state.logs})")
+        render.echo(f"demo failed: {exc.message} (logs: {state.logs})", err=True)
         return 1
     finally:
         stack.stop()

@@ -67,7 +67,7 @@ def test_errors_are_one_line_with_a_nonzero_exit(
     bad.write_text("entrypoint: python x.py\nresources: {slots_per_trial: -1}\n")
     invalid = cli("experiment", "create", str(bad))
     assert invalid.exit_code == 2 and "slots_per_trial" in invalid.output
-    assert cli("experiment", "create", str(tmp_path / "none.yaml")).exit_code == 1
+    assert cli("experiment", "create", str(tmp_path / "none.yaml")).exit_code == 2
     monkeypatch.setenv("CORRAL_TOKEN", "wrong")
     refused = cli("experiment", "list")
     assert refused.exit_code == 2 and "token" in refused.output.lower()
