@@ -183,6 +183,69 @@ def test_a_grid_of_100000_trials_is_refused_naming_the_limit(
     assert "100,000 trials" in problem["reason"] and f"{MAX_GRID_TRIALS:,}" in problem["reason"]
 
 
+# ---- numbers a trial could not receive, names and bytes a process cannot start with --------
+def test_a_log_range_past_the_largest_float_is_a_422_not_a_500(
+    api: ApiClient, cluster: Cluster
+) -> None:
+    log = {"type": "log", "base": 10, "minval": 0, "maxval": 2000, "count": 3}
+    for searcher in ("single", "grid", "random"):
+        config = {
+            "entrypoint": ["python", "t.py"],
+            "hyperparameters": {"a": log},
+            "searcher": {"name": searcher, "max_trials": 2},
+        }
+        error = _refused_unchanged(api, cluster, 422, body={"config": config})
+        assert error["errors"] == [
+            {
+                "field": "hyperparameters.a.maxval",
+                "reason": "10**2000 is out of range (a float holds up to about 1.8e308)",
+            }
+        ]
+
+
+def test_nan_and_infinity_in_a_json_body_are_refused_naming_the_field(
+    api: ApiClient, cluster: Cluster
+) -> None:
+    # Python's JSON parser reads these non-standard tokens; they must not become null.
+    raw = (
+        '{"config": {"entrypoint": "x", "hyperparameters": {'
+        '"a": {"type": "double", "minval": 0, "maxval": Infinity},'
+        '"b": {"type": "const", "val": NaN}, "c": [1, -Infinity]}}}'
+    )
+    error = _refused_unchanged(api, cluster, 422, raw_body=raw)
+    assert [(e["field"], e["reason"]) for e in error["errors"]] == [
+        ("hyperparameters.a.maxval", "must be a finite number"),
+        ("hyperparameters.b.val", "must be a finite number"),
+        ("hyperparameters.c[1]", "must be a finite number"),
+    ]
+
+
+def test_environment_variables_a_trial_cannot_start_with_are_refused(
+    api: ApiClient, cluster: Cluster
+) -> None:
+    variables = {"": "a", "A=B": "c", "X Y": "d", "B": None, "C": [1], "Z": "a\0b"}
+    config = {"entrypoint": "x", "environment": {"environment_variables": variables}}
+    error = _refused_unchanged(api, cluster, 422, body={"config": config})
+    fields = [e["field"] for e in error["errors"]]
+    assert fields == ["environment.environment_variables"] * 3 + [
+        "environment.environment_variables.B",
+        "environment.environment_variables.C",
+        "environment.environment_variables.Z",
+    ]
+
+
+def test_a_nul_in_a_command_line_is_a_422_naming_the_argument(
+    api: ApiClient, cluster: Cluster
+) -> None:
+    before = snapshot(cluster)
+    reply = api.post("/commands", {"config": {}, "argv": ["echo", "a\0b"]})
+    assert reply.status == 422, reply.text
+    assert reply.json["errors"] == [
+        {"field": "argv[1]", "reason": "must not contain a NUL character"}
+    ]
+    assert snapshot(cluster) == before
+
+
 def test_unknown_and_wrongly_typed_fields_are_refused_unchanged(
     api: ApiClient, cluster: Cluster
 ) -> None:

@@ -93,3 +93,20 @@ def test_cli_experiment_reports_every_layer(tmp_path: Path) -> None:
         "hyperparameters.lr.minval: must be <= maxval",
         "max_restarts: must be >= 0",
     ]
+
+
+def test_cli_experiment_whose_values_would_overflow_is_a_config_error(tmp_path: Path) -> None:
+    """Not "internal error: OverflowError" (exit 1): the field, and exit 2."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "name: x\nentrypoint: [python, t.py]\nhyperparameters:\n"
+        "  a: {type: log, base: 10, minval: 1000, maxval: 2000, count: 3}\n"
+        "  b: {type: const, val: .nan}\nsearcher: {name: grid}\n"
+    )
+    result = runner.invoke(app, ["config", "validate", "-k", "experiment", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        "hyperparameters.a.minval: 10**1000 is out of range (a float holds up to about 1.8e308)",
+        "hyperparameters.a.maxval: 10**2000 is out of range (a float holds up to about 1.8e308)",
+        "hyperparameters.b.val: must be a finite number",
+    ]

@@ -5,8 +5,11 @@ Priority follows Determined: a LOWER number runs FIRST, 1..99, default 42.
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
 import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -26,8 +29,25 @@ from corral.domain.config.hyperparameters import (
 
 DEFAULT_PRIORITY = 42
 
+# What a trial is started with (its argv, environment, image, mount paths) goes to execve or
+# to `docker run`, where a string ends at a NUL byte: the agent refuses such a trial at start
+# (exit 125, no logs), so it is refused here, at submission, naming the field.
+NUL = "\0"
+NO_NUL = "must not contain a NUL character"
+
+
+def _no_nul(value: object) -> object:
+    if isinstance(value, str) and NUL in value:
+        raise field_error(NO_NUL)
+    return value
+
+
+NoNulStr = Annotated[str, BeforeValidator(_no_nul)]
+
 
 def _absolute(value: str) -> str:
+    if NUL in value:
+        raise field_error(NO_NUL)
     if not posixpath.isabs(value):
         raise field_error(f"must be an absolute path, got {value!r}")
     return value
@@ -41,10 +61,13 @@ def _entrypoint(value: object) -> object:
     if isinstance(value, str):
         if not value.strip():
             raise field_error("must not be empty")
-        return value
+        return _no_nul(value)
     if isinstance(value, list | tuple):
         if not value or not all(isinstance(v, str) and v for v in value):
             raise field_error("must be a string or a non-empty list of non-empty strings")
+        for i, arg in enumerate(value):
+            if NUL in arg:
+                raise rule_error(f"[{i}]", NO_NUL)
         return tuple(value)
     raise field_error("must be a string or a list of strings")
 
@@ -52,19 +75,92 @@ def _entrypoint(value: object) -> object:
 Entrypoint = Annotated[str | tuple[str, ...], BeforeValidator(_entrypoint)]
 
 
-def _env_vars(value: object) -> object:
-    """Determined allows a list of ``KEY=VALUE`` strings as well as a mapping."""
+# What can reach a process: execve refuses `=` and NUL in a name, and an empty one or one
+# with spaces cannot be passed to `docker run --env`; `""`, `A=B` or `X Y` failed the trial at
+# start (exit 125, no logs). Names Docker passes and some tools read (`a.b`, `a-b`) stay
+# allowed, and a stored experiment that ran before keeps running (agents re-read its config).
+ENV_NAME = re.compile(r"[^=\s\0]+\Z")
+ENV_NAME_RULE = "must be non-empty, without =, spaces or NUL"
+ENV_VALUE_RULE = "must be a string, a number or a boolean"
+
+
+def _env_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name an environment variable (the name quoted), or None."""
+    if not isinstance(name, str):
+        # YAML reads `true: x` or `1: x` as a boolean or a number key.
+        shown = json.dumps(name) if name is None or isinstance(name, bool | int | float) else name
+        return f"name {shown} must be a string: quote it"
+    if not ENV_NAME.match(name):
+        return f"name {name!r} {ENV_NAME_RULE}"
+    return None
+
+
+def _env_value(value: object) -> tuple[str, str | None]:
+    """(the value as the trial sees it, why it cannot be one or None).
+
+    Strings are kept; numbers and booleans are written as JSON writes them (`1`, `0.5`,
+    `true`), not Python's `True`; a YAML date as written (`2024-01-31`). Anything else
+    (null, a list, a mapping) has no single spelling, so it is refused, not turned into a
+    Python repr such as `None` or `[1]`.
+    """
+    if isinstance(value, str):
+        return value, (NO_NUL if NUL in value else None)
+    if isinstance(value, bool | int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            return "", "must be a finite number"
+        return json.dumps(value), None
+    if type(value) is datetime.date:
+        return value.isoformat(), None
+    if value is None:
+        return "", f'{ENV_VALUE_RULE}, not null (write "" for an empty value)'
+    shown = f"a {type(value).__name__}"
     if isinstance(value, Mapping):
-        return {str(k): v if isinstance(v, str) else str(v) for k, v in value.items()}
+        shown = "a mapping"
+    elif isinstance(value, list | tuple):
+        shown = "a list"
+    return "", f"{ENV_VALUE_RULE}, not {shown} (quote it to pass it as written)"
+
+
+def _env_vars(value: object) -> tuple[object, list[PydanticCustomError]]:
+    """A mapping of name to string, from a mapping or from Determined's list of ``KEY=VALUE``
+    strings, and a problem for each wrong entry (left out of the mapping: reported once)."""
+    field = "environment_variables"
+    out: dict[str, str] = {}
+    problems: list[PydanticCustomError] = []
+    if isinstance(value, Mapping):
+        for name, raw in value.items():
+            name_problem = _env_name_problem(name)
+            if name_problem is not None:
+                # The name goes in the reason, not the path: `""` or `X Y` cannot be a path.
+                problems.append(rule_error(field, name_problem))
+                continue
+            text, reason = _env_value(raw)
+            if reason is not None:
+                problems.append(rule_error(f"{field}.{name}", reason))
+            else:
+                out[name] = text
+        return out, problems
     if isinstance(value, list):
-        out: dict[str, str] = {}
+        first: dict[str, int] = {}
         for i, item in enumerate(value):
+            at = f"{field}[{i}]"
             if not isinstance(item, str) or "=" not in item or item.startswith("="):
-                raise rule_error(f"[{i}]", "must be KEY=VALUE")
-            key, _, val = item.partition("=")
-            out[key] = val
-        return out
-    return value
+                problems.append(rule_error(at, "must be KEY=VALUE"))
+                continue
+            name, _, text = item.partition("=")
+            name_problem = _env_name_problem(name)
+            if name_problem is not None:
+                problems.append(rule_error(at, name_problem))
+            elif NUL in text:
+                problems.append(rule_error(at, NO_NUL))
+            elif name in first:
+                # A mapping cannot say it twice; here the later value would silently win.
+                problems.append(rule_error(at, f"sets {name} again (as [{first[name]}] does)"))
+            else:
+                first[name] = i
+                out[name] = text
+        return out, problems
+    return value, []  # not a mapping nor a list: the field's own type error says so
 
 
 class Resources(FrozenModel):
@@ -78,13 +174,23 @@ class Resources(FrozenModel):
 
 
 class Environment(FrozenModel):
-    environment_variables: Annotated[dict[str, str], BeforeValidator(_env_vars)] = Field(
-        default_factory=dict
-    )
+    environment_variables: dict[str, str] = Field(default_factory=dict)
     """Environment of each trial: a mapping, or a list of `KEY=VALUE` strings as Determined
-    allows."""
-    image: str | None = None  # Determined's spelling of the top-level `image`
+    allows. A name is non-empty, without `=`, spaces or NUL (what a process can be given). A value
+    is a string; a number or a boolean is passed as JSON writes it (`1`, `0.5`, `true`: quote a
+    value to keep its spelling, as YAML reads `yes` as true and `1.50` as 1.5); null, lists and
+    mappings are refused. No NUL characters."""
+    image: NoNulStr | None = None  # Determined's spelling of the top-level `image`
     """Determined's spelling of the top-level `image` (both must agree)."""
+
+    @classmethod
+    def _prepare(cls, data: Any) -> tuple[Any, list[PydanticCustomError]]:
+        """Environment variables are checked entry by entry here, so that every wrong one is
+        reported at its own path (a field validator stops at the first)."""
+        if not isinstance(data, Mapping) or "environment_variables" not in data:
+            return data, []
+        variables, problems = _env_vars(data["environment_variables"])
+        return {**data, "environment_variables": variables}, problems
 
 
 class BindMount(FrozenModel):
@@ -140,7 +246,7 @@ class _JobConfig(FrozenModel):
     # Bounded so that a record always fits a store item (DynamoDB: 400 KB).
     description: str = Field(default="", max_length=MAX_DESCRIPTION_CHARS)
     """Free text, shown in listings."""
-    image: str | None = None  # required for Docker executors; the process executor ignores it
+    image: NoNulStr | None = None  # required for Docker executors; the process executor ignores it
     """Container image of each trial (`environment.image` accepted); required by Docker executors,
     ignored by the process executor."""
     resources: Resources = Resources()
@@ -239,9 +345,13 @@ def expand_trials(config: ExperimentConfig) -> list[dict[str, Any]]:
 def command_job(config: CommandConfig, argv: Sequence[str]) -> ExperimentConfig:
     """A command as a one-trial experiment: ``argv`` (or the config's entrypoint) runs once,
     with no hyperparameters and no restarts on a user error (a command is not retried)."""
-    empty = [i for i, arg in enumerate(argv) if not arg]
-    if empty:
-        raise ConfigError([Problem(f"argv[{i}]", "must not be empty") for i in empty])
+    bad = [
+        Problem(f"argv[{i}]", "must not be empty" if not arg else NO_NUL)
+        for i, arg in enumerate(argv)
+        if not arg or NUL in arg
+    ]
+    if bad:  # a ConfigError (a 4xx naming argv[i]), before ExperimentConfig's own check
+        raise ConfigError(bad)
     entrypoint: str | tuple[str, ...] | None = tuple(argv) if argv else config.entrypoint
     if not entrypoint:
         raise ConfigError.single("entrypoint", "required: give a command line")

@@ -13,39 +13,84 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
+from fractions import Fraction
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
 from corral.domain.config.common import FrozenModel, RuleProblems, rule
-from corral.domain.config.errors import ConfigError, rule_error
+from corral.domain.config.errors import ConfigError, field_error, rule_error
 
 # The most trials one search may make (a grid's product, a random search's max_trials): an
 # experiment record lists its trials, and a store item has a size limit (DynamoDB: 400 KB).
 MAX_TRIALS = 10_000
 MAX_GRID_TRIALS = MAX_TRIALS  # the name before random searches were capped too
 
+# A value a trial receives is JSON, and JSON has no NaN or Infinity: Python writes them as
+# `NaN` (which strict parsers refuse) and pydantic as `null`, so a trial would silently get
+# `null`. Every number of a search space is therefore finite, and so is every value a searcher
+# can make from it (see LogHP and DoubleHP).
+FINITE = "must be a finite number"
+_FLOAT_LIMIT = "a float holds up to about 1.8e308"
+
+
+def _non_finite(value: object, at: str = "") -> Iterator[str]:
+    """The sub-paths (``""``: the value itself, ``x[2]``) of the NaN or infinite floats in a
+    constant, nested lists and mappings included."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield at
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _non_finite(item, f"{at}.{key}" if at else str(key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _non_finite(item, f"{at}[{i}]")
+
+
+def _float_in_range(value: object) -> object:
+    """An integer beyond any float is out of range, not "not a number" (pydantic's words)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+        raise field_error(f"is out of range ({_FLOAT_LIMIT})")
+    return value
+
+
+# A bound of a real range: NaN and infinities are refused as other numeric fields refuse them.
+FiniteFloat = Annotated[float, BeforeValidator(_float_in_range), Field(allow_inf_nan=False)]
+
 
 class ConstHP(FrozenModel):
     type: Literal["const"]
     """A constant."""
     val: Any
-    """The value, given to every trial."""
+    """The value, given to every trial; numbers in it must be finite."""
+
+    @rule
+    def _check_finite(self) -> RuleProblems:
+        for at in _non_finite(self.val):
+            yield rule_error(_join_at("val", at), FINITE)
 
 
 class CategoricalHP(FrozenModel):
     type: Literal["categorical"]
     """One of a list of values."""
     vals: tuple[Any, ...] = Field(min_length=1)
-    """The values; `single` takes the first, `grid` each, `random` one at random."""
+    """The values; `single` takes the first, `grid` each, `random` one at random. Numbers in them
+    must be finite."""
+
+    @rule
+    def _check_finite(self) -> RuleProblems:
+        for i, val in enumerate(self.vals):
+            for at in _non_finite(val):
+                yield rule_error(_join_at(f"vals[{i}]", at), FINITE)
 
 
 class _RangeHP(FrozenModel):
-    minval: float
-    """Lowest value (for `log`: the lowest exponent); must be <= `maxval`."""
-    maxval: float
-    """Highest value (for `log`: the highest exponent)."""
+    minval: FiniteFloat
+    """Lowest value (for `log`: the lowest exponent), a finite number; must be <= `maxval`."""
+    maxval: FiniteFloat
+    """Highest value (for `log`: the highest exponent), a finite number."""
     count: int | None = Field(default=None, ge=1)  # grid points; only the grid searcher uses it
     """Points of a grid search, evenly spaced and inclusive (integers rounded and de-duplicated);
     required by `grid`, at most 10,000."""
@@ -70,24 +115,66 @@ class DoubleHP(_RangeHP):
     type: Literal["double"]
     """A real range."""
 
+    @rule
+    def _check_width(self) -> RuleProblems:
+        # Grid steps and random samples are computed from maxval - minval; past the largest
+        # float it is infinite and the values become inf or NaN.
+        if not math.isfinite(self.maxval - self.minval):
+            yield rule_error("maxval", f"maxval - minval is out of range ({_FLOAT_LIMIT})")
+
 
 class LogHP(_RangeHP):
     """``base ** x`` for x between ``minval`` and ``maxval`` (the exponents)."""
 
     type: Literal["log"]
     """`base ** x` for an exponent `x` between `minval` and `maxval`."""
-    base: float = Field(default=10.0, gt=0)
-    """Base of the exponent; not 1."""
+    base: FiniteFloat = Field(default=10.0, gt=0)
+    """Base of the exponent; not 1. `base` to the power `minval` and to the power `maxval` must
+    each fit a float (about 1.8e308)."""
 
     @rule
     def _check_base(self) -> RuleProblems:
         if self.base == 1:
             yield rule_error("base", "must not be 1")
 
+    @rule
+    def _check_power(self) -> RuleProblems:
+        # base ** x is monotonic in x, so when both ends fit a float every value between them
+        # does too: the midpoint, each grid point and each sample (clamped to the range).
+        for field, exponent in (("minval", self.minval), ("maxval", self.maxval)):
+            if _power(self.base, exponent) is None:
+                shown = f"{_number(self.base)}**{_number(exponent)}"
+                yield rule_error(field, f"{shown} is out of range ({_FLOAT_LIMIT})")
+
+
+def _power(base: float, exponent: float) -> float | None:
+    """``base ** exponent``, or None when it does not fit a float."""
+    try:
+        value = base**exponent
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _number(x: float) -> str:
+    """A bound as the user likely wrote it: ``2000`` rather than ``2000.0``."""
+    return str(int(x)) if x.is_integer() and abs(x) < 1e16 else repr(x)
+
+
+def _join_at(field: str, at: str) -> str:
+    """``field`` followed by a sub-path from :func:`_non_finite` (``x`` or ``[2]``)."""
+    if not at:
+        return field
+    return f"{field}{at}" if at.startswith("[") else f"{field}.{at}"
+
 
 def _constant_unless_typed(value: object) -> object:
     if isinstance(value, Mapping) and "type" in value:
         return value
+    # Checked here, where the path is still the one the user wrote (`lr`, `opt.beta`): once
+    # wrapped, ConstHP would name `lr.val`, a key that is not in the file.
+    for at in _non_finite(value):
+        raise rule_error(at, FINITE)
     return {"type": "const", "val": value}
 
 
@@ -133,12 +220,34 @@ def grid_points(hp: Hyperparameter) -> list[Any] | None:
         return None
     if hp.count == 1:
         return [single_value(hp)]
-    steps = [hp.minval + (hp.maxval - hp.minval) * i / (hp.count - 1) for i in range(hp.count)]
     if isinstance(hp, IntHP):
-        return list(dict.fromkeys(round(x) for x in steps))  # dedupe, keep order
+        # Exact arithmetic: integers need not fit a float (10**400 is a valid bound), and
+        # round() of a Fraction rounds half to even as round() of a float does.
+        ints = (
+            round(hp.minval + Fraction((hp.maxval - hp.minval) * i, hp.count - 1))
+            for i in range(hp.count)
+        )
+        return list(dict.fromkeys(ints))  # dedupe, keep order
+    steps = [_step(hp, i, hp.count) for i in range(hp.count)]
     if isinstance(hp, LogHP):
         return [hp.base**x for x in steps]
     return steps
+
+
+def _step(hp: _RangeHP, i: int, count: int) -> float:
+    """Grid point ``i`` of ``count`` (at least 2) of a real range."""
+    x = hp.minval + (hp.maxval - hp.minval) * i / (count - 1)
+    if not math.isfinite(x):
+        # (maxval - minval) * i alone can pass the largest float; only then this order, so
+        # that ordinary grids stay bit-for-bit the same.
+        x = hp.minval + (hp.maxval - hp.minval) * (i / (count - 1))
+    return _within(hp, x)
+
+
+def _within(hp: _RangeHP, x: float) -> float:
+    """``x`` clamped to the range: float rounding can put a step or a sample a hair past
+    ``maxval``, and for ``log`` that hair could cross the largest float."""
+    return min(max(x, hp.minval), hp.maxval)
 
 
 def grid_size(hps: Mapping[str, Hyperparameter]) -> int:
@@ -154,8 +263,15 @@ def single_value(hp: Hyperparameter) -> Any:
     if isinstance(hp, IntHP):
         return (hp.minval + hp.maxval) // 2
     if isinstance(hp, LogHP):
-        return hp.base ** ((hp.minval + hp.maxval) / 2)
-    return (hp.minval + hp.maxval) / 2
+        return hp.base ** _midpoint(hp)
+    return _midpoint(hp)
+
+
+def _midpoint(hp: _RangeHP) -> float:
+    middle = (hp.minval + hp.maxval) / 2
+    # minval + maxval can pass the largest float when (maxval - minval) does not: 1e308 and
+    # 1.5e308. Only then the other form, so that ordinary midpoints stay bit-for-bit the same.
+    return middle if math.isfinite(middle) else hp.minval + (hp.maxval - hp.minval) / 2
 
 
 def _sample(hp: Hyperparameter, rng: random.Random) -> Any:
@@ -166,8 +282,8 @@ def _sample(hp: Hyperparameter, rng: random.Random) -> Any:
     if isinstance(hp, IntHP):
         return rng.randint(hp.minval, hp.maxval)
     if isinstance(hp, LogHP):
-        return hp.base ** rng.uniform(hp.minval, hp.maxval)
-    return rng.uniform(hp.minval, hp.maxval)
+        return hp.base ** _within(hp, rng.uniform(hp.minval, hp.maxval))
+    return _within(hp, rng.uniform(hp.minval, hp.maxval))
 
 
 def _derived_seed(hps: Mapping[str, Hyperparameter]) -> int:
