@@ -64,6 +64,30 @@ def test_a_retried_submission_with_the_same_client_token_creates_one_experiment(
     assert other.experiment.id != first.experiment.id
 
 
+def test_a_client_token_reused_for_another_config_is_refused_and_changes_nothing() -> None:
+    # The second config's extra trials were added to the first experiment and ran under its
+    # entrypoint, billed, while the CLI said "created".
+    cluster = Cluster()
+    grid = ExperimentConfig.model_validate(
+        {
+            "entrypoint": "python train.py",
+            "searcher": {"name": "grid"},
+            "hyperparameters": {"lr": {"type": "categorical", "vals": [0.1, 0.01]}},
+        }
+    )
+    wider = ExperimentConfig.model_validate(
+        grid.model_dump(mode="json")
+        | {"hyperparameters": {"lr": {"type": "categorical", "vals": [1, 2, 3, 4]}}}
+    )
+    first = submit_experiment(cluster.ctx, grid, owner="alice", client_token="tok-1")
+    before = snapshot(cluster)
+    with pytest.raises(SubmitError) as raised:
+        submit_experiment(cluster.ctx, wider, owner="alice", client_token="tok-1")
+    assert raised.value.field == "client_token"
+    assert first.experiment.id in raised.value.reason
+    assert snapshot(cluster) == before
+
+
 def test_a_crash_halfway_through_a_submission_is_completed_by_the_retry() -> None:
     cluster = Cluster()
     cluster.ctx.settings = type(cluster.ctx.settings)(max_commit=2)

@@ -59,6 +59,15 @@ def submit_experiment(
     # (and fills in any trials a crash left unwritten) instead of creating a second one.
     experiment_id = _experiment_id(ctx, owner, client_token)
     existing = ctx.store.get_experiment(experiment_id)
+    stored_config = config.model_dump(mode="json")
+    if existing is not None and (existing.config, existing.pool) != (stored_config, pool_name):
+        # A retry repeats its request; the same token with another config is a mistake, and
+        # answering with the first experiment (or adding the new config's trials to it) would
+        # run work nobody asked for.
+        raise SubmitError(
+            "client_token",
+            f"already used for experiment {existing.id}, with another config: use a new token",
+        )
     now = ctx.clock.now()
     hyperparameters = expand_trials(config)
     trials = [
@@ -79,7 +88,7 @@ def submit_experiment(
         name=config.name,
         pool=pool_name,
         submitted_at=now,
-        config=config.model_dump(mode="json"),
+        config=stored_config,
         trial_ids=tuple(t.id for t in trials),
         is_command=is_command,
         owner=owner,
