@@ -71,3 +71,35 @@ def test_never_waits_for_spot_however_long_it_takes() -> None:
     cluster.run(3 * 3600, step=60.0)
     assert launched_offerings(cluster) == []
     assert "on_demand_fallback_after is never" in (cluster.trial(trial_id).pending_reason or "")
+
+
+def test_on_demand_is_bought_within_seconds_of_the_time_the_reason_promised() -> None:
+    # It was bought at the next redrive of the stale record instead, up to two timer
+    # periods later, while the pending reason kept showing the time already past.
+    delay = DELAY + 25  # between two schedule passes
+    cluster = spot_short_cluster(delay)
+    submitted = cluster.clock.now()
+    trial_id = cluster.submit().trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.run(delay - 5)
+    assert launched_offerings(cluster) == []
+    while cluster.clock.now() < submitted + delay + 10:
+        cluster.step(1.0)
+    assert launched_offerings(cluster) == [OD_1.key]
+
+
+def test_a_launch_refused_lately_is_tried_again_as_the_capacity_memory_ends() -> None:
+    # The cloud refused spot; a second launch for new work is deferred by the memory, and
+    # was retried only at the next redrive (minutes after the memory ended).
+    cluster = spot_short_cluster(None)
+    first = cluster.submit().trials[0].id
+    cluster.scripts[first] = Script(duration_s=10_000)
+    cluster.pump()
+    cluster.cloud.set_unavailable(SPOT_1.key, False)  # spot is back, the memory is not over
+    state = cluster.store.pool_state("gpu")
+    until = state.capacity.unavailable_until[SPOT_1.key]
+    assert until > cluster.clock.now()
+    while cluster.clock.now() < until + 10:
+        cluster.step(1.0)
+    assert launched_offerings(cluster) == [SPOT_1.key]
