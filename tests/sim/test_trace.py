@@ -82,3 +82,46 @@ def test_alibaba_openb_bad_times_are_named(tmp_path: Path) -> None:
     path = write(tmp_path, OPENB_HEADER + "p0,1,1,1,1000,,LS,Running,0,10,20\n")
     with pytest.raises(TraceError, match=r"t.csv:2: deletion_time: must be after scheduled_time"):
         read_trace(path, TraceFormat.ALIBABA_OPENB)
+
+
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    # Excel's "CSV UTF-8" starts the file with a BOM; it was read as part of the first
+    # column's name, which then was "missing".
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfsubmit_s,gpus,duration_s\n0,1,100\n")
+    trace = read_trace(path)
+    assert [(j.submit_s, j.gpus, j.duration_s) for j in trace.jobs] == [(0.0, 1, 100.0)]
+
+
+def test_times_beyond_two_years_are_refused(tmp_path: Path) -> None:
+    # 1e300 as a duration or submit time made the replay run for minutes without end.
+    two_years = 2 * 365 * 86400
+    path = write(
+        tmp_path,
+        f"submit_s,gpus,duration_s\n0,1,1e300\n1e300,1,100\n{two_years},1,{two_years}\n"
+        f"{two_years + 1},1,100\n",
+    )
+    with pytest.raises(TraceError) as caught:
+        read_trace(path)
+    bound = "must be at most 63072000 (two years in seconds)"
+    assert caught.value.problems == [
+        f"{path}:2: duration_s: {bound}, got '1e300'",
+        f"{path}:3: submit_s: {bound}, got '1e300'",
+        f"{path}:5: submit_s: {bound}, got '63072001'",
+    ]
+
+
+def test_alibaba_openb_times_beyond_two_years_are_refused(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        OPENB_HEADER
+        + "p0,1000,1,1,1000,,LS,Running,1e300,20,10\n"
+        + "p1,1000,1,1,1000,,LS,Running,0,1e300,10\n",
+    )
+    with pytest.raises(TraceError) as caught:
+        read_trace(path, TraceFormat.ALIBABA_OPENB)
+    assert caught.value.problems == [
+        f"{path}:2: creation_time: must be at most 63072000 (two years in seconds), got '1e300'",
+        f"{path}:3: deletion_time: the pod ran 1e+300 s (deletion_time - scheduled_time),"
+        " must be at most 63072000 (two years in seconds)",
+    ]

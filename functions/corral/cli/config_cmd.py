@@ -14,6 +14,7 @@ says which value will be used and where it came from.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +29,7 @@ from corral.domain.config import (
     DeploymentDefaults,
     ExperimentConfig,
     GcpProvider,
+    Problem,
     ResourcePool,
     cluster_config_from_mapping,
     defaults_from_env,
@@ -136,11 +138,38 @@ def _check(
     if kind is Kind.AUTO:
         kind = guess_kind(data)
     if kind is Kind.CLUSTER:
-        loaded = cluster_config_from_mapping(data, defaults)
-        return cluster_lines(loaded.config), list(loaded.warnings)
+        return _check_cluster(data, defaults)
     if kind is Kind.EXPERIMENT:
         return experiment_lines(validate(ExperimentConfig, data)), []
     return command_lines(validate(CommandConfig, data)), []
+
+
+def _check_cluster(
+    data: dict[str, Any], defaults: DeploymentDefaults | None
+) -> tuple[list[str], list[str]]:
+    """A cluster config and its ``simulation:`` block, every problem of both in one error.
+
+    The block is checked here, with the simulator's own validator, and not by the config
+    loader: the deployed functions load cluster configs on their cold start and must not
+    import the simulator for a block they ignore."""
+    from corral.sim.model import simulation_config
+
+    problems: list[Problem] = []
+    loaded = None
+    try:
+        loaded = cluster_config_from_mapping(data, defaults)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    block = loaded.config.simulation if loaded is not None else data.get("simulation")
+    # A block that is not a mapping is the loader's to report (``simulation: ...``).
+    if block is None or isinstance(block, Mapping):
+        try:
+            simulation_config(block, loaded.config if loaded is not None else None)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems or loaded is None:
+        raise ConfigError(problems)
+    return cluster_lines(loaded.config), list(loaded.warnings)
 
 
 @app.command("validate")

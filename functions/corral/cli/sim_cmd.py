@@ -60,7 +60,10 @@ def sim(
     ] = None,
     fmt: Annotated[Format, typer.Option("--format", help="Trace format.")] = Format.CANONICAL,
     jobs_wanted: Annotated[
-        int, typer.Option("--jobs", min=1, help="Jobs to generate (synthetic formats).")
+        int,
+        typer.Option(
+            "--jobs", min=1, help="Jobs to generate (synthetic formats), at most 200,000."
+        ),
     ] = 1500,
     arrivals: Annotated[
         ArrivalsName, typer.Option("--arrivals", help="Arrival pattern (synthetic formats).")
@@ -71,25 +74,40 @@ def sim(
     seed: Annotated[int | None, typer.Option("--seed", help="Overrides simulation.seed.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     plot_file: Annotated[
-        Path | None, typer.Option("--plot", help="Write GPUs over time and waits (PNG).")
+        Path | None,
+        typer.Option("--plot", help="Write GPUs over time and waits (FILE.png, .svg, .pdf, ...)."),
     ] = None,
 ) -> None:
     """Replay TRACE on the cluster of CONFIG and print cost, waits and losses."""
     from corral.sim.model import simulation_config
     from corral.sim.runner import simulate
+    from corral.sim.synthetic import MAX_JOBS
     from corral.sim.trace import TraceError, TraceFormat, describe_skipped, read_trace
 
     try:
         cluster = load_cluster_config(config).config
-        simulation_config(cluster.simulation)
+        sim_config = simulation_config(cluster.simulation, cluster)
     except ConfigError as exc:
         raise _fail([f"{p.path or config}: {p.reason}" for p in exc.problems]) from None
+    # Usage problems first: a simulation can run for minutes before it would meet them.
+    usage: list[str] = []
+    if jobs_wanted > MAX_JOBS:
+        usage.append(f"--jobs: must be at most {MAX_JOBS:,}, got {jobs_wanted:,}")
+    if plot_file is not None:
+        from corral.sim.plot import PlotUnavailable, target_problems
+
+        try:
+            usage.extend(target_problems(plot_file))
+        except PlotUnavailable as exc:
+            usage.append(str(exc))
+    if usage:
+        raise _fail(usage)
     if fmt.value.startswith("synthetic-"):
         from corral.sim.synthetic import generate
 
         if trace is not None:
             raise _fail([f"--trace: not used with --format {fmt.value} (the jobs are generated)"])
-        sim_seed = seed if seed is not None else simulation_config(cluster.simulation).seed
+        sim_seed = seed if seed is not None else sim_config.seed
         jobs = generate(
             fmt.value.removeprefix("synthetic-"),
             seed=sim_seed,
@@ -106,13 +124,11 @@ def sim(
     try:
         metrics, replay = simulate(cluster, jobs, policy.value, seed)
         if plot_file is not None:
-            from corral.sim.plot import PlotUnavailable, plot
+            from corral.sim.plot import plot
 
             try:
                 plot(replay, metrics, plot_file)
-            except PlotUnavailable as exc:
-                raise _fail([str(exc)]) from None
-            except OSError as exc:
+            except OSError as exc:  # checked above, but the disk may still fill or refuse
                 raise _fail([f"{plot_file}: cannot write: {exc.strerror or exc}"]) from None
     except typer.Exit:
         raise

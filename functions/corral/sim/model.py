@@ -36,6 +36,8 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from corral.adapters.memory import SimulatedCloudConfig
+from corral.domain import catalog
+from corral.domain.config import ClusterConfig
 from corral.domain.config.common import FrozenModel
 from corral.domain.config.durations import Duration, PositiveDuration
 from corral.domain.config.errors import ConfigError, Problem, rule_error
@@ -126,15 +128,51 @@ class SimulationConfig(FrozenModel):
         )
 
 
-def simulation_config(block: Mapping[str, Any] | None) -> SimulationConfig:
-    """Validate a cluster config's ``simulation:`` block; errors are named ``simulation.*``."""
+def simulation_config(
+    block: Mapping[str, Any] | None, cluster: ClusterConfig | None = None
+) -> SimulationConfig:
+    """Validate a cluster config's ``simulation:`` block; errors are named ``simulation.*``.
+
+    With ``cluster``, also what only the pools can tell (``determined_instance_type``); every
+    problem is raised at once. ``corral sim`` and ``corral config validate`` both call this,
+    so the two agree on what is wrong and where."""
+    problems: list[Problem] = []
+    found: SimulationConfig | None = None
     try:
-        return validate(SimulationConfig, block or {})
+        found = validate(SimulationConfig, block or {})
     except ConfigError as exc:
-        raise ConfigError(
+        problems.extend(
             Problem(f"simulation.{p.path}" if p.path else "simulation", p.reason)
             for p in exc.problems
-        ) from None
+        )
+    if cluster is not None and isinstance(block, Mapping):
+        # Checked on the raw value, so a block with other problems still reports this one.
+        wanted = block.get("determined_instance_type")
+        if isinstance(wanted, str):
+            problems.extend(_determined_type_problems(wanted, cluster))
+    if problems or found is None:
+        raise ConfigError(problems)
+    return found
+
+
+def _determined_type_problems(instance_type: str, cluster: ClusterConfig) -> list[Problem]:
+    """The Determined model launches only ``instance_type``, and only from the offerings of
+    the pool a job runs in; every simulated job runs in the default pool (a trace names no
+    pool). A type that pool does not offer would launch nothing: every job would wait
+    forever and the run would report ``completed 0`` at no cost, so it is refused."""
+    pool = next(p for p in cluster.resource_pools if p.name == cluster.default_pool_name)
+    offered = list(dict.fromkeys(o.instance_type for o in pool.offerings()))
+    if instance_type in offered:
+        return []
+    lookup = catalog.lookup_aws if pool.cloud == "aws" else catalog.lookup_gcp_machine
+    types = ", ".join(offered) or "no instance type"
+    pool_text = f"the default pool {pool.name!r}, where every simulated job runs"
+    reason = (
+        f"unknown instance type {instance_type!r} ({pool_text}, offers {types})"
+        if lookup(instance_type) is None
+        else f"{instance_type!r} is not offered by {pool_text} (it offers {types})"
+    )
+    return [Problem("simulation.determined_instance_type", reason)]
 
 
 @dataclass(frozen=True, slots=True)

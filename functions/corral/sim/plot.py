@@ -5,8 +5,10 @@ matplotlib is imported here, lazily, so the simulator runs without it (``corral[
 
 from __future__ import annotations
 
+import os
 from itertools import accumulate
 from pathlib import Path
+from types import ModuleType
 
 from corral.sim.engine import Replay
 from corral.sim.metrics import SimMetrics, paid_intervals
@@ -15,8 +17,55 @@ DAY_S = 86400.0
 MAX_POINTS = 4000
 
 
+# Formats matplotlib lists that need more than matplotlib: pgf runs a LaTeX installation.
+_NEEDS_MORE = frozenset({"pgf"})
+
+
 class PlotUnavailable(RuntimeError):
     pass
+
+
+def _pyplot() -> ModuleType:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise PlotUnavailable("--plot needs matplotlib: pip install 'corral[sim]'") from exc
+    return plt
+
+
+def formats() -> list[str]:
+    """The file extensions ``--plot`` can write (the format is the extension)."""
+    _pyplot()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return sorted(set(FigureCanvasAgg.get_supported_filetypes()) - _NEEDS_MORE)
+
+
+def target_problems(path: Path) -> list[str]:
+    """What is wrong with ``--plot PATH``, checked before a simulation that may run for
+    minutes. matplotlib picks the format from the extension and, when there is none,
+    *appends* ``.png``: ``--plot some/dir`` wrote ``some/dir.png``, outside what was named,
+    so the extension is required. Raises PlotUnavailable without matplotlib."""
+    supported = formats()
+    listed = ", ".join(f".{f}" for f in supported)
+    if path.is_dir():
+        return [
+            f"--plot: {path} is a directory; name an image file in it (e.g. {path / 'sim.png'})"
+        ]
+    if path.suffix.lower().removeprefix(".") not in supported:
+        got = f"{path.suffix!r}" if path.suffix else "none"
+        return [
+            f"--plot: {path}: the file must end in one of {listed} (the image format), got {got}"
+        ]
+    parent = path.parent
+    if not parent.is_dir():
+        return [f"--plot: {path}: no directory {parent}"]
+    if not os.access(parent, os.W_OK):
+        return [f"--plot: {path}: cannot write in {parent}"]
+    return []
 
 
 def step_series(
@@ -34,14 +83,7 @@ def step_series(
 
 
 def plot(replay: Replay, metrics: SimMetrics, path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'corral[sim]'") from exc
-
+    plt = _pyplot()
     demanded = [
         (replay.start + r.job.submit_s, r.completed_at or replay.end, r.job.gpus)
         for r in replay.jobs
@@ -69,5 +111,6 @@ def plot(replay: Replay, metrics: SimMetrics, path: Path) -> None:
         f"waits: p50 {metrics.wait_p50_s:.0f}s, p95 {metrics.wait_p95_s:.0f}s, "
         f"max {metrics.wait_max_s:.0f}s"
     )
-    fig.savefig(path, dpi=110)
+    # The format named explicitly, so matplotlib never appends an extension of its own.
+    fig.savefig(path, dpi=110, format=path.suffix.lower().removeprefix("."))
     plt.close(fig)

@@ -24,8 +24,9 @@ def simulate(
     cluster: ClusterConfig, trace: Trace, policy: str, seed: int | None = None
 ) -> tuple[SimMetrics, Replay]:
     """Replay ``trace`` on ``cluster`` under ``policy``. ``seed`` overrides the simulation
-    block's; the same seed gives every policy the same cloud draws."""
-    sim = simulation_config(cluster.simulation)
+    block's; the same seed gives every policy the same cloud draws. Raises ConfigError for a
+    simulation block that cannot be used."""
+    sim = simulation_config(cluster.simulation, cluster)  # ConfigError names simulation.*
     if seed is not None:
         sim = sim.model_copy(update={"seed": seed})
     chosen = build_policy(policy, cluster, sim, sim.seed)

@@ -40,6 +40,12 @@ from corral.sim.trace import Job, Trace
 
 DAY_S = 86400.0
 TWO_WEEKS_S = 14 * DAY_S
+# The most jobs one workload may have (``--jobs``). At the mixes' one job every 5 minutes,
+# 200,000 jobs arrive over 1.9 years: within the two years a trace row may span
+# (trace.MAX_TRACE_S), and more jobs than Philly's whole trace (over 100,000 in 75 days).
+# 1,500 jobs replay in seconds, so the bound allows runs of hours; without it a typo
+# (1,000,000,000) grew the generator to gigabytes before any job ran.
+MAX_JOBS = 200_000
 
 
 class Arrivals(StrEnum):
@@ -183,8 +189,8 @@ def generate(
         if shape not in SHAPES:
             raise ValueError(f"unknown workload {shape!r} (choose from {', '.join(SHAPES)})")
         shape = SHAPES[shape]
-    if jobs < 1:
-        raise ValueError("jobs: must be >= 1")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"jobs: must be 1 to {MAX_JOBS:,}, got {jobs:,}")
     mode = Arrivals(arrivals)
     rng = random.Random(f"{seed}:synthetic:{shape.name}:{mode.value}")
     submits = arrival_times(jobs, mean_interarrival_s, mode, rng)

@@ -13,6 +13,11 @@ Two formats:
   (``num_gpu`` 0), which a GPU pool never sees, and pods that were never scheduled (empty
   ``scheduled_time``, phase Pending): they never ran, so they have no duration to replay.
 
+Times are bounded: a submit time or a duration above ``MAX_TRACE_S`` (two years) is refused,
+since the replay's horizon and its outage draws grow with them (1e300 never ends).
+
+A UTF-8 byte order mark (Excel's "CSV UTF-8") is accepted.
+
 Every problem names the file and line (``trace.csv:12: gpus: must be a whole number >= 0``);
 all problems are collected, up to a limit, so one run shows what to fix.
 """
@@ -28,6 +33,13 @@ from enum import StrEnum
 from pathlib import Path
 
 MAX_PROBLEMS = 20
+# The largest submit time and duration a trace row may have, in seconds. The longest public
+# GPU traces span months (Alibaba cluster-trace-gpu-v2023's openb: 149 days; Helios: about
+# 6 months; Philly: 75 days), and so do their longest jobs; two years is beyond any of them
+# (a row at the bound replays in seconds). The replay's horizon, and the capacity outages
+# drawn over it, grow with these times: `1e300` ran for minutes without end before this bound.
+MAX_TRACE_S = 2 * 365 * 86400.0
+_MAX_TEXT = f"{MAX_TRACE_S:.0f} (two years in seconds)"
 
 
 class TraceFormat(StrEnum):
@@ -100,7 +112,9 @@ class _RowError(ValueError):
 
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        # utf-8-sig: drop the byte order mark Excel writes, else the first column's name
+        # would start with it and read as missing.
+        handle = path.open(newline="", encoding="utf-8-sig")
     except FileNotFoundError:
         raise TraceError([f"{path}: no such file"]) from None
     except IsADirectoryError:
@@ -146,11 +160,19 @@ def _whole(row: dict[str, str], column: str) -> int:
     return int(value)
 
 
+def _seconds(row: dict[str, str], column: str) -> float:
+    """A time in seconds, at most MAX_TRACE_S."""
+    value = _number(row, column)
+    if value > MAX_TRACE_S:
+        raise _RowError(f"{column}: must be at most {_MAX_TEXT}, got {row.get(column)!r}")
+    return value
+
+
 def _canonical_row(row: dict[str, str], line: int) -> Job | str:
     gpus = _whole(row, "gpus")
     if gpus == 0:
         raise _RowError("gpus: must be >= 1 (the simulator replays GPU jobs only)")
-    duration = _number(row, "duration_s")
+    duration = _seconds(row, "duration_s")
     if duration <= 0:
         raise _RowError(f"duration_s: must be > 0, got {row.get('duration_s')!r}")
     interval = row.get("checkpoint_interval_s", "")
@@ -158,7 +180,7 @@ def _canonical_row(row: dict[str, str], line: int) -> Job | str:
     if priority and not 1 <= _whole(row, "priority") <= 99:
         raise _RowError(f"priority: must be 1 to 99 (lower runs first), got {priority!r}")
     return Job(
-        submit_s=_number(row, "submit_s"),
+        submit_s=_seconds(row, "submit_s"),
         gpus=gpus,
         duration_s=duration,
         name=row.get("name") or f"job-{line - 1}",
@@ -177,7 +199,7 @@ def _positive(row: dict[str, str], column: str) -> float:
 def _openb_row(row: dict[str, str], line: int) -> Job | str:
     gpus = _whole(row, "num_gpu")
     _number(row, "gpu_milli")  # validated; a shared GPU (num_gpu 1) is one whole GPU
-    submit = _number(row, "creation_time")
+    submit = _seconds(row, "creation_time")
     if gpus == 0:
         return "CPU-only pod (num_gpu 0)"
     if not row.get("scheduled_time"):
@@ -186,6 +208,11 @@ def _openb_row(row: dict[str, str], line: int) -> Job | str:
     end = _number(row, "deletion_time")
     if end <= scheduled:
         raise _RowError(f"deletion_time: must be after scheduled_time ({end:g} <= {scheduled:g})")
+    if end - scheduled > MAX_TRACE_S:
+        raise _RowError(
+            f"deletion_time: the pod ran {end - scheduled:g} s (deletion_time - scheduled_time),"
+            f" must be at most {_MAX_TEXT}"
+        )
     return Job(submit, gpus, end - scheduled, row.get("name") or f"pod-{line - 1}")
 
 
