@@ -221,3 +221,25 @@ def test_a_gang_that_lost_a_member_is_placed_again_only_once_the_survivors_stopp
     trial = cluster.trial(trial_id)
     assert trial.state in (TrialState.PENDING, TrialState.ASSIGNED, TrialState.RUNNING)
     assert trial.preemptions == 1
+
+
+def test_a_gang_that_lost_one_member_buys_one_replacement_not_a_whole_gang() -> None:
+    # An 8-GPU trial on two 4-GPU instances: one interrupted, the survivor counted busy,
+    # and the planner bought two new instances; one of them was never used, only billed.
+    from corral.domain.offerings import CapacityType, Offering
+
+    big = Offering("g.4", "zone-a", CapacityType.SPOT, 4, 1.5)
+    cluster, trial_id = running_cluster(big, slots=8, run_s=60, max_instances=6, max_idle_s=600.0)
+    lost_id, survivor_id = cluster.trial(trial_id).placement.instance_ids  # type: ignore[union-attr]
+    before = {i.id for i in cluster.instances()}
+    lost = cluster.store.get_instance(lost_id)
+    assert lost is not None
+    on_interruption_notice(cluster.ctx, lost.cloud_id, NoticeKind.INTERRUPTION)
+    cluster.run(120, step=3.0)
+
+    new = [i for i in cluster.instances() if i.id not in before]
+    assert len(new) == 1
+    trial = cluster.trial(trial_id)
+    assert trial.state is TrialState.RUNNING
+    assert trial.placement is not None
+    assert set(trial.placement.instance_ids) == {survivor_id, new[0].id}

@@ -326,10 +326,13 @@ def plan_pool(
 
     # 2. Room on what exists or is coming.
     leftover = leftover_free or {}
+    surviving = _survivors_of_broken_gangs(unplaced, {i.id: i for i in live})
     index = BinIndex()
     for inst in sorted(live, key=lambda i: i.id):
         if inst.is_schedulable:
             free = leftover.get(inst.id, inst.free_gpus)
+            if inst.id in surviving:
+                free = tuple(sorted({*free, *surviving[inst.id]}))
             if free:
                 index.add(_bin(inst, free))
         elif _is_reusable(inst):
@@ -399,6 +402,28 @@ def plan_pool(
         room_needed=buyer.room_needed,
         month_to_date_usd=month_to_date_usd,
     )
+
+
+def _survivors_of_broken_gangs(
+    unplaced: Sequence[Trial], live: Mapping[str, Instance]
+) -> dict[str, set[int]]:
+    """GPUs of a gang's surviving members, by instance, for a gang that lost a member.
+
+    Such a trial waits for its survivors to stop it, then is placed again; their GPUs come
+    free for it, so they are room to plan with. Counting them busy bought a whole new gang
+    for one lost member (two 4-GPU instances for an 8-GPU trial, one of them never used).
+    Only broken gangs: a trial moved off an agent on purpose (back to spot, consolidation)
+    must not be planned onto it again."""
+    found: dict[str, set[int]] = {}
+    for trial in unplaced:
+        parts = trial.placement.parts if trial.placement is not None else ()
+        members = [live.get(instance_id) for instance_id, _ in parts]
+        if len(parts) < 2 or all(m is not None and m.is_schedulable for m in members):
+            continue
+        for (instance_id, gpus), member in zip(parts, members, strict=True):
+            if member is not None and member.is_schedulable:
+                found.setdefault(instance_id, set()).update(gpus)
+    return found
 
 
 def under_pressure(live: Sequence[Instance], now: float) -> bool:
