@@ -92,6 +92,12 @@ def test_a_capacity_error_moves_to_the_next_offering_and_then_on_demand() -> Non
     assert not state.capacity.is_available(spot_b.key, now)
     kinds = [e.kind.value for e in cluster.store.events()]
     assert kinds.count("offering_unavailable") == 2
+    # The code once: "InsufficientInstanceCapacity: InsufficientInstanceCapacity: ..." read
+    # as two errors.
+    for event in cluster.store.events():
+        if event.kind.value == "offering_unavailable":
+            code = event.message.split(":", 1)[0]
+            assert event.message.count(code) == 1, event.message
 
 
 def test_a_quota_error_backs_the_pool_off_and_shows_on_pending_trials() -> None:

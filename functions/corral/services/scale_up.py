@@ -231,7 +231,8 @@ def _on_error(ctx: Context, record: Instance, error: LaunchError) -> LaunchOutco
             Event(
                 now,
                 kind,
-                f"{error.code}: {action.reason}",
+                # Most reasons start with the code already; say it once.
+                action.reason if error.code in action.reason else f"{error.code}: {action.reason}",
                 pool=record.pool,
                 instance_id=record.id,
                 data={"code": error.code, "class": error.error_class.value},
