@@ -122,6 +122,11 @@ class ApiClient:
     def post(self, path: str, body: Any = None) -> Any:
         return self.request("POST", path, body=body if body is not None else {})
 
+    def post_with_status(self, path: str, body: Any = None) -> tuple[int, Any]:
+        """``post``, with the HTTP status of the (successful) reply: a create with a client
+        token answers 201 when it created, 200 when it found what an earlier try created."""
+        return self.exchange("POST", path, body=body if body is not None else {})
+
     def request(
         self,
         method: str,
@@ -130,6 +135,17 @@ class ApiClient:
         params: Mapping[str, Any] | None = None,
         body: Any = None,
     ) -> Any:
+        return self.exchange(method, path, params=params, body=body)[1]
+
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+    ) -> tuple[int, Any]:
+        """(HTTP status, decoded body) of a 2xx reply; anything else is a ``CliError``."""
         query = {k: _q(v) for k, v in (params or {}).items() if v is not None}
         url = self.endpoint.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         data = json.dumps(body).encode() if body is not None else None
@@ -146,6 +162,7 @@ class ApiClient:
         request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as reply:
+                status = int(reply.status)
                 raw = reply.read()
         except urllib.error.HTTPError as exc:
             message = _error_message(exc.code, exc.read())
@@ -163,9 +180,9 @@ class ApiClient:
         except ValueError as exc:  # a URL urllib refuses (an Endpoint made by hand)
             raise CliError(f"bad endpoint {self.endpoint.url!r}: {exc}", EXIT_USAGE) from None
         if not raw:
-            return None
+            return status, None
         try:
-            return json.loads(raw)
+            return status, json.loads(raw)
         except ValueError:
             raise CliError(
                 f"{method} {path}: the API answered something that is not JSON"

@@ -121,7 +121,12 @@ def dashboard(
     endpoint: Annotated[
         str | None, typer.Option(help="API URL (default: CORRAL_ENDPOINT or the local stack).")
     ] = None,
-    port: Annotated[int, typer.Option(help="Local port (0: any free port).", min=0)] = 0,
+    port: Annotated[
+        int,
+        typer.Option(
+            help="Local port (0: any free port).", callback=render.in_range(*render.PORT_RANGE)
+        ),
+    ] = 0,
     aws_region: Annotated[
         str | None, typer.Option(help="Sign with SigV4 for this region (custom domains).")
     ] = None,

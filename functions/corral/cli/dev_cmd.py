@@ -14,8 +14,16 @@ from typing import Annotated
 import typer
 
 from corral.cli import render
-from corral.cli.client import ApiClient, CliError, Endpoint, check_url, resolve_endpoint
+from corral.cli.client import (
+    EXIT_USAGE,
+    ApiClient,
+    CliError,
+    Endpoint,
+    check_url,
+    resolve_endpoint,
+)
 from corral.cli.experiment_cmd import read_config
+from corral.domain.config import ConfigError
 from corral.local.state import STATE_ENV, StateDir, pid_alive
 
 app = typer.Typer(
@@ -24,18 +32,47 @@ app = typer.Typer(
 
 DEFAULT_CONFIG = Path("examples/cluster.yaml")
 READY_TIMEOUT_S = 90.0
+# At most this many of a failed start's own log lines are shown; the log keeps them all.
+SHOWN_LOG_LINES = 20
+# Timers: the stack never runs one more often than every 0.5 s (timers.py), where the
+# template's one-minute timers are below about 0.01 (0 ran every timer back to back); above
+# 1000 a one-minute timer would wait more than 16 hours, which no demo or test wants.
+TIMER_SCALE_RANGE = (0.01, 1000.0)
+BOOT_DELAY_RANGE = (0.0, 86400.0)  # up to a day: "agents never boot" in a benchmark
 
 
 def _state() -> StateDir:
     return StateDir.default()
 
 
-def _wait_ready(state: StateDir, proc: subprocess.Popen[bytes], log: Path) -> str:
+def _this_runs_output(log: Path, offset: int) -> list[str]:
+    """The lines the stack started by this command wrote to ``log``: those from ``offset``
+    (its size before the start) on. The log is appended to across runs, so its tail alone
+    would show an earlier run's errors as this one's."""
+    try:
+        with log.open("rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.strip().splitlines() if line.strip()]
+
+
+def _wait_ready(state: StateDir, proc: subprocess.Popen[bytes], log: Path, offset: int = 0) -> str:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
-            raise CliError("the stack exited while starting:\n  " + "\n  ".join(tail))
+            lines = _this_runs_output(log, offset)
+            shown = lines[-SHOWN_LOG_LINES:]
+            if len(lines) > len(shown):
+                shown.insert(0, f"(... {len(lines) - len(shown)} earlier line(s) in {log})")
+            # The stack's own exit status: 2 when it refused its input (as this command
+            # would have), else 1.
+            code = EXIT_USAGE if proc.returncode == EXIT_USAGE else 1
+            raise CliError(
+                "the stack exited while starting:\n  " + "\n  ".join(shown or ["(no output)"]),
+                code,
+            )
         url = state.endpoint()
         if url and state.stack_pid() == proc.pid:
             try:
@@ -54,11 +91,26 @@ def up(
     ] = DEFAULT_CONFIG,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background.")] = False,
     template: Annotated[Path | None, typer.Option(help="SAM template (default: infra/).")] = None,
-    port: Annotated[int, typer.Option(help="API port (0: any free port).")] = 0,
+    port: Annotated[
+        int,
+        typer.Option(
+            help="API port (0: any free port).", callback=render.in_range(*render.PORT_RANGE)
+        ),
+    ] = 0,
     timer_scale: Annotated[
-        float, typer.Option(help="Run the template's timers this much faster (0.25 = 4x).")
+        float,
+        typer.Option(
+            help="Scale the template's timer periods (0.25 = 4x faster; 0.01 to 1000).",
+            callback=render.in_range(*TIMER_SCALE_RANGE),
+        ),
     ] = 1.0,
-    boot_delay: Annotated[float, typer.Option(help="Seconds from running to agent start.")] = 2.0,
+    boot_delay: Annotated[
+        float,
+        typer.Option(
+            help="Seconds from running to agent start (0 to 86400).",
+            callback=render.in_range(*BOOT_DELAY_RANGE, " seconds"),
+        ),
+    ] = 2.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Start the local stack (foreground; Ctrl-C stops everything it started)."""
@@ -70,10 +122,14 @@ def up(
                 f"a local stack already runs (pid {running}) at {state.endpoint()}; "
                 "`corral dev down` stops it"
             )
-        read_config(config)  # a missing, directory or non-UTF-8 file: said as everywhere
+        # Both checked here, before anything starts: a bad one is refused with every problem
+        # (exit 2), not found later in a background process's log.
+        _check_cluster_config(config)
+        _check_template(template)
         if detach:
             state.prepare()
             log = state.logs / "stack.log"
+            offset = log.stat().st_size if log.exists() else 0
             argv = [
                 sys.executable,
                 "-m",
@@ -103,7 +159,7 @@ def up(
                     env=env,
                     start_new_session=True,
                 )
-            url = _wait_ready(state, proc, log)
+            url = _wait_ready(state, proc, log, offset)
             render.echo(
                 f"local stack running in the background (pid {proc.pid})\n"
                 f"  API:        {url}\n  AWS (moto): {state.aws_endpoint()}\n"
@@ -111,6 +167,40 @@ def up(
             )
             return
         _run_foreground(config, template, port, timer_scale, boot_delay, verbose)
+
+
+def _check_cluster_config(config: Path) -> None:
+    """Refuse a cluster config the stack would refuse, with every problem the validator found
+    (the stack's own reader, so the two cannot disagree)."""
+    from corral.local.stack import read_cluster_config
+
+    text = read_config(config)  # a missing, directory or non-UTF-8 file: said as everywhere
+    try:
+        read_cluster_config(text)
+    except ConfigError as exc:
+        problems = [str(p) for p in exc.problems]
+        if len(problems) == 1:
+            raise CliError(f"{config}: {problems[0]}", EXIT_USAGE) from None
+        raise CliError(
+            f"{config}: {len(problems)} problems:\n  " + "\n  ".join(problems), EXIT_USAGE
+        ) from None
+
+
+def _check_template(template: Path | None) -> None:
+    """Refuse a SAM template the stack cannot read (missing, not YAML, no Resources)."""
+    from corral.local.stack import default_template
+    from corral.local.template import load_template
+
+    path = template if template is not None else default_template()
+    # Run from outside a checkout, the default is missing: say which option names another.
+    hint = "" if template is not None else " (pass --template PATH to infra/template.yaml)"
+    try:
+        read_config(path)  # a missing, directory or non-UTF-8 file: said as for the config
+        load_template(path)
+    except CliError as exc:
+        raise CliError(f"{exc.message}{hint}", EXIT_USAGE) from None
+    except (OSError, ValueError) as exc:
+        raise CliError(f"{exc}{hint}", EXIT_USAGE) from None
 
 
 def _run_foreground(
@@ -309,11 +399,16 @@ def interrupt(
         session, aws = _session(state)
         cloud_id = _cloud_id(ident, endpoint, state)
         os.environ["AWS_ENDPOINT_URL"] = aws
+        shown = cloud_id if cloud_id == ident else f"{ident} ({cloud_id})"
         try:
             at = faults.interrupt(state, session, cloud_id, notice)
+        except faults.NotSpotError:
+            # Bad input, not a failure: no on-demand instance can be interrupted.
+            raise CliError(
+                f"{shown} is on-demand: only spot instances get interruption notices", EXIT_USAGE
+            ) from None
         except faults.FaultError as exc:
             raise CliError(str(exc)) from None
-        shown = cloud_id if cloud_id == ident else f"{ident} ({cloud_id})"
         render.echo(
             f"spot interruption warning sent to {shown}; terminated in "
             f"{max(0.0, at - time.time()):.0f} s"

@@ -110,6 +110,19 @@ def summary_line(detail: dict[str, Any]) -> str:
     )
 
 
+def created_line(detail: dict[str, Any], *, replayed: bool = False) -> str:
+    """What a submission did. ``replayed``: the API answered with the experiment an earlier
+    submission with the same client token created (200, not 201), so nothing new exists and
+    saying "created" would make a user look for a second experiment."""
+    what = (
+        f"experiment {detail['id']} ({detail.get('name')})"
+        + (" was already submitted with this client token" if replayed else "")
+        + f": {detail.get('trial_count', len(detail.get('trials') or []))} trial(s) "
+        f"in pool {detail.get('pool')}"
+    )
+    return what if replayed else f"created {what}"
+
+
 @app.command("create")
 def create(
     file: Annotated[Path, typer.Argument(help="Experiment config (YAML).")],
@@ -128,15 +141,11 @@ def create(
         client = client_from(endpoint)
         if client_token:
             body["client_token"] = client_token
-        detail = client.post("/experiments", body)
+        status, detail = client.post_with_status("/experiments", body)
         if json_out and not follow:
             render.print_json(detail)
             return
-        render.echo(
-            f"created experiment {detail['id']} ({detail.get('name')}): "
-            f"{detail.get('trial_count', len(detail.get('trials') or []))} trial(s) "
-            f"in pool {detail.get('pool')}"
-        )
+        render.echo(created_line(detail, replayed=bool(client_token) and status != 201))
         if not follow:
             return
         final = follow_experiment(client, detail["id"])
@@ -207,11 +216,30 @@ def kill(
     json_out: JsonOption = False,
     endpoint: EndpointOption = None,
 ) -> None:
-    """Stop every trial of an experiment (running ones are told to stop). Only its owner or
-    an admin (the cluster config's `admins`) may."""
+    """Stop every trial of an experiment or command (running ones are told to stop). Only
+    its owner or an admin (the cluster config's `admins`) may. One that had already ended is
+    left as it is: that is said, and the exit status is still 0."""
     with render.guard():
-        e = client_from(endpoint).post(api_path("experiments", experiment_id, "kill"))
+        client = client_from(endpoint)
+        # Asked first because the kill's reply cannot tell "already ended" from "ended by
+        # this kill" (a kill cancels pending trials at once, so both read CANCELLED), and
+        # because the API would record a kill, and a "killed by" event, on a finished one.
+        before = client.get(api_path("experiments", experiment_id))
+        what = "command" if before.get("is_command") else "experiment"
+        if before.get("state") in TERMINAL:
+            # Exit 0: a kill is idempotent. What the caller wants (nothing of it runs) holds,
+            # and a cleanup script killing what may have finished must not fail on it.
+            if json_out:
+                render.print_json(before)
+                return
+            render.echo(
+                f"{what} {before.get('id')} had already ended: {before.get('state')} "
+                "(nothing to kill)"
+            )
+            return
+        e = client.post(api_path("experiments", experiment_id, "kill"))
         if json_out:
             render.print_json(e)
             return
-        render.echo(f"experiment {e.get('id')}: {e.get('state')}")
+        again = " (it was already being killed)" if before.get("state") == "STOPPING" else ""
+        render.echo(f"{what} {e.get('id')}: {e.get('state')}{again}")

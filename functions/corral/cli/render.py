@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from rich import box
@@ -31,6 +32,23 @@ EndpointOption = Annotated[
     str | None,
     typer.Option("--endpoint", envvar="CORRAL_ENDPOINT", help="API URL (default: local stack)."),
 ]
+
+PORT_RANGE = (0, 65535)
+
+N = TypeVar("N", int, float)
+
+
+def in_range(low: N, high: N, unit: str = "") -> Callable[[N], N]:
+    """An option callback refusing a value outside ``low..high`` as a usage error that names
+    the option and the range (exit 2). Not click's ranges: its FloatRange lets NaN through
+    (no comparison with NaN is true), and its messages do not say the range."""
+
+    def check(value: N) -> N:
+        if not (math.isfinite(value) and low <= value <= high):
+            raise typer.BadParameter(f"{value:g} is not in the range {low:g} to {high:g}{unit}")
+        return value
+
+    return check
 
 
 @dataclass(frozen=True)

@@ -45,25 +45,30 @@ class Interrupter:
                 continue
             since = self._running_since.setdefault(trial["id"], now)
             placement = trial.get("placement") or []
-            if now - since >= self._after_s and len(placement) == 1:
-                self._interrupt(trial["id"], placement[0]["instance_id"])
+            ready = now - since >= self._after_s and len(placement) == 1
+            # A trial on on-demand capacity is passed over: the next one may be on spot.
+            if ready and self._interrupt(trial["id"], placement[0]["instance_id"]):
                 return
 
-    def _interrupt(self, trial_id: str, record_id: str) -> None:
+    def _interrupt(self, trial_id: str, record_id: str) -> bool:
+        """Interrupt the instance if it is a spot one (the pool falls back to on-demand,
+        which EC2 never interrupts); whether it did."""
         import boto3  # type: ignore[import-untyped]
 
         assert self._stack.emulator is not None
         client = demo_client(self._stack)
         agents = client.get("/agents").get("instances") or []
-        cloud_id = next((a["cloud_id"] for a in agents if a["id"] == record_id), None)
-        if not cloud_id:
-            return
+        agent = next((a for a in agents if a["id"] == record_id), None)
+        if not agent or not agent.get("cloud_id") or agent.get("capacity_type") != "spot":
+            return False
+        cloud_id = agent["cloud_id"]
         faults.interrupt(self._stack.state, boto3.DEFAULT_SESSION, cloud_id, self._notice_s)
         self.interrupted, self.trial = cloud_id, trial_id
         render.console.print(
             f"[magenta]>>> spot interruption warning for {cloud_id} (running {trial_id}); "
             f"terminated in {self._notice_s:.0f} s[/magenta]"
         )
+        return True
 
 
 def demo_client(stack: DevStack) -> ApiClient:

@@ -34,6 +34,16 @@ class FaultError(RuntimeError):
     """A fault that cannot be injected (unknown instance, bad offering ...)."""
 
 
+class NotSpotError(FaultError):
+    """An interruption asked for an on-demand instance: EC2 never interrupts those."""
+
+    def __init__(self, instance_id: str) -> None:
+        super().__init__(
+            f"{instance_id} is on-demand: only spot instances get interruption notices"
+        )
+        self.instance_id = instance_id
+
+
 @dataclass(frozen=True)
 class OfferingMatch:
     """``TYPE``, ``TYPE:CAPACITY`` or an offering key ``TYPE|LOCATION|CAPACITY``."""
@@ -170,6 +180,11 @@ def interrupt(state: StateDir, session: Any, instance_id: str, notice_s: float) 
     instance = found[0]["Instances"][0] if found and found[0]["Instances"] else None
     if instance is None or instance["State"]["Name"] not in ("pending", "running"):
         raise FaultError(f"instance {instance_id} is not running")
+    # As EC2 (and ec2_provider) tell them apart: only a spot instance has a lifecycle of
+    # "spot". An on-demand one is never taken back, so a notice to it would test a path
+    # production cannot take (and the scheduler would count a preemption that cannot happen).
+    if instance.get("InstanceLifecycle") != "spot":
+        raise NotSpotError(instance_id)
     terminate_at = time.time() + notice_s
     state.write(state.notice_file(instance_id), f"{notice_s:g}\n")
     put_ec2_event(

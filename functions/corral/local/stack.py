@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.domain.config import load_cluster_config
+from corral.domain.config import LoadedConfig, cluster_config_from_mapping, parse_yaml
 from corral.local import moto_server, users
 from corral.local.faults import install_capacity_faults, install_handler_capacity_faults
 from corral.local.http_shim import HttpShim
@@ -43,6 +43,13 @@ def default_template() -> Path:
     """``infra/template.yaml`` of this checkout (editable install), else of the cwd."""
     here = Path(__file__).resolve().parents[3] / "infra" / "template.yaml"
     return here if here.exists() else Path("infra/template.yaml").absolute()
+
+
+def read_cluster_config(text: str) -> LoadedConfig:
+    """The stack's cluster config from its YAML text, or a ConfigError with every problem;
+    ``corral dev up`` checks a file with this before it starts anything. The text is never
+    taken for a path (``load_cluster_config`` reads a one-line ``x.yaml`` as a file name)."""
+    return cluster_config_from_mapping(parse_yaml(text))
 
 
 @dataclass
@@ -108,7 +115,7 @@ class DevStack:
         if running is not None and running != os.getpid():
             raise RuntimeError(f"a local stack already runs (pid {running}); corral dev down")
         config_text = self.options.cluster_config.read_text()
-        loaded = load_cluster_config(config_text)  # a bad config fails here, before moto
+        loaded = read_cluster_config(config_text)  # a bad config fails here, before moto
         self.state.prepare()
         self.state.clear_runtime_files()
         if self._saved_stdout is not None:

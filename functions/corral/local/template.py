@@ -52,7 +52,19 @@ def parse_template(text: str) -> dict[str, Any]:
 
 
 def load_template(path: Path) -> dict[str, Any]:
-    data = parse_template(path.read_text())
+    """The template at ``path``; OSError if it cannot be read, ValueError (one line, naming
+    the file) if it is not YAML or not a template."""
+    try:
+        data = parse_template(path.read_text())
+    except yaml.MarkedYAMLError as exc:
+        # One line (the YAML error's own text spans several, with the offending source).
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ValueError(
+            f"{path}: invalid YAML{where}: {exc.problem or exc.context or 'syntax error'}"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: invalid YAML: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("Resources"), dict):
         raise ValueError(f"{path}: not a CloudFormation template (no Resources)")
     return data

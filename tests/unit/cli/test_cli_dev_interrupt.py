@@ -28,12 +28,14 @@ class Stack:
     instance_id: str
     api_calls: list[dict[str, Any]]
     api_url: str
+    on_demand_id: str
 
 
-def _instances(cloud_id: str) -> list[dict[str, Any]]:
+def _instances(cloud_id: str, on_demand_id: str) -> list[dict[str, Any]]:
     return [
         {"id": "inst-0001", "cloud_id": cloud_id, "state": "BUSY", "pool": "default"},
         {"id": "inst-0002", "cloud_id": None, "state": "REQUESTED", "pool": "default"},
+        {"id": "inst-0003", "cloud_id": on_demand_id, "state": "BUSY", "pool": "default"},
     ]
 
 
@@ -59,10 +61,19 @@ def stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Stack]:
         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
     )
+    # As the stack's pools launch them: spot through RunInstances' market options.
     launched = ec2.run_instances(
-        ImageId="ami-12345678", InstanceType="g5.xlarge", MinCount=1, MaxCount=1
+        ImageId="ami-12345678",
+        InstanceType="g5.xlarge",
+        MinCount=1,
+        MaxCount=1,
+        InstanceMarketOptions={"MarketType": "spot"},
     )
     instance_id = launched["Instances"][0]["InstanceId"]
+    on_demand = ec2.run_instances(
+        ImageId="ami-12345678", InstanceType="g5.xlarge", MinCount=1, MaxCount=1
+    )
+    on_demand_id = on_demand["Instances"][0]["InstanceId"]
     calls: list[dict[str, Any]] = []
 
     def api(event: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +82,7 @@ def stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Stack]:
             return {"statusCode": 401, "body": json.dumps({"message": "Unauthorized"})}
         if event["rawPath"] != "/agents":
             return {"statusCode": 404, "body": json.dumps({"message": "Not found"})}
-        body = {"instances": _instances(instance_id)}
+        body = {"instances": _instances(instance_id, on_demand_id)}
         return {
             "statusCode": 200,
             "headers": {"content-type": "application/json"},
@@ -90,7 +101,7 @@ def stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Stack]:
     # The command points boto3 at the stack's moto for the rest of the process.
     monkeypatch.setenv("AWS_ENDPOINT_URL", aws)
     try:
-        yield Stack(state, ec2, instance_id, calls, shim.url)
+        yield Stack(state, ec2, instance_id, calls, shim.url, on_demand_id)
     finally:
         shim.stop()
         reset(aws)
@@ -156,3 +167,19 @@ def test_an_explicit_endpoint_is_used_for_the_lookup(stack: Stack) -> None:
     result = interrupt("inst-0001", "--endpoint", stack.api_url)
     assert result.exit_code == 0, result.output
     assert len(stack.api_calls) == 1
+
+
+def test_an_on_demand_instance_is_refused(stack: Stack) -> None:
+    # EC2 never interrupts on-demand capacity: a notice to one tests what cannot happen.
+    for ident, shown in (
+        ("inst-0003", f"inst-0003 ({stack.on_demand_id})"),
+        (stack.on_demand_id, stack.on_demand_id),
+    ):
+        result = interrupt(ident)
+        out = result.output.strip()
+        assert (result.exit_code, out) == (
+            2,
+            f"error: {shown} is on-demand: only spot instances get interruption notices",
+        )
+    assert not stack.state.read_faults().get("terminate_at")
+    assert not stack.state.notice_file(stack.on_demand_id).exists()
