@@ -68,6 +68,31 @@ def test_numbers_must_be_finite(value: float) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("max_instances", True, "must be an integer"),
+        ("min_instances", False, "must be an integer"),
+        ("max_instances", "5", "must be an integer"),
+        ("root_volume_size", "200", "must be an integer"),
+        ("spot", "yes", "must be true or false"),
+        ("on_demand_fallback", 1, "must be true or false"),
+        ("monthly_budget_usd", True, "must be a number"),
+        ("monthly_budget_usd", "100", "must be a number"),
+    ],
+)
+def test_scalars_are_not_coerced_across_kinds(field: str, value: object, reason: str) -> None:
+    # pydantic's lax mode read `max_instances: true` as 1 and `spot: 'yes'` as true.
+    assert cluster_problems(one_pool(**{field: value})) == [
+        f"resource_pools[0].provider.{field}: {reason}"
+    ]
+
+
+def test_a_float_field_takes_an_integer() -> None:
+    config = load_cluster_config(dump(one_pool(monthly_budget_usd=100)))
+    assert config.config.default_pool.provider.monthly_budget_usd == 100.0
+
+
 def test_spot_max_price_needs_spot() -> None:
     assert cluster_problems(one_pool(spot_max_price="0.90")) == [
         "resource_pools[0].provider.spot_max_price: only allowed with spot: true"

@@ -7,19 +7,23 @@ Determined ``master.yaml`` needs no restructuring. Cloud blocks (`aws.py`, `gcp.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Self, TypeVar, get_args
+from typing import Annotated, Any, Self, TypeVar, Union, get_args, get_origin
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    PlainValidator,
     PrivateAttr,
     TypeAdapter,
     ValidationError,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -202,6 +206,7 @@ class FrozenModel(BaseModel):
     @classmethod
     def _collect_problems(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         data, early = cls._prepare(data)
+        data = _same_kind_scalars(cls, data)
         try:
             model = handler(data)
         except ValidationError as exc:
@@ -229,6 +234,63 @@ class FrozenModel(BaseModel):
 
         details = [own(e) for e in early] + fields + [own(e) for e in late]
         return ValidationError.from_exception_data(cls.__name__, details)
+
+
+_SCALARS = (bool, int, float)
+
+
+class _WrongKind:
+    """Stands in for a scalar of the wrong kind, so pydantic reports it at its field, in
+    field order, with its own type error ("must be an integer", "must be true or false")."""
+
+
+def _same_kind_scalars(model: type[BaseModel], data: Any) -> Any:
+    """No coercion between YAML's scalar kinds: pydantic's lax mode read
+    ``max_instances: true`` as 1, ``spot: 'yes'`` as true and ``root_volume_size: '200'`` as
+    200. (Strict mode would also refuse enum values and Decimal strings, which YAML can only
+    give as text.) An integer is still a number."""
+    if not isinstance(data, Mapping):
+        return data
+    wrong: dict[str, _WrongKind] = {}
+    for name, info in model.model_fields.items():
+        keys = [name, info.alias, info.validation_alias]
+        if isinstance(info.validation_alias, AliasChoices):
+            keys += info.validation_alias.choices
+        for key in {k for k in keys if isinstance(k, str) and k in data}:
+            value, kind = data[key], _scalar_kind(model, name)
+            if (kind in (int, float) and isinstance(value, bool | str)) or (
+                kind is bool and not isinstance(value, bool)
+            ):
+                wrong[key] = _WrongKind()
+    return {**data, **wrong} if wrong else data
+
+
+def _scalar_kind(model: type[BaseModel], field: str | None) -> type | None:
+    """``bool``, ``int`` or ``float`` if the field holds exactly that (optionally, or with
+    constraints), else None: unions of several kinds, fields with a validator of their own
+    that reads text (a duration such as ``30s``), and every other type are left alone."""
+    found = model.model_fields.get(field or "")
+    if found is None or any(_converts(m) for m in found.metadata):
+        return None
+    kind: Any = found.annotation
+    while True:
+        origin = get_origin(kind)
+        if origin is Annotated:
+            kind, *metadata = get_args(kind)
+            if any(_converts(m) for m in metadata):
+                return None
+        elif origin in (Union, types.UnionType):
+            rest = [a for a in get_args(kind) if a is not type(None)]
+            if len(rest) != 1:
+                return None
+            kind = rest[0]
+        else:
+            break
+    return kind if kind in _SCALARS else None
+
+
+def _converts(metadata: object) -> bool:
+    return isinstance(metadata, BeforeValidator | PlainValidator | WrapValidator)
 
 
 @dataclass(frozen=True, slots=True)
