@@ -19,6 +19,14 @@ def spot_short_cluster(after: float | None) -> Cluster:
     return cluster
 
 
+def submit_long(cluster: Cluster) -> str:
+    """One long trial submitted and its launch planned (and refused); its id."""
+    trial_id: str = cluster.submit().trials[0].id
+    cluster.scripts[trial_id] = Script(duration_s=10_000)
+    cluster.pump()
+    return trial_id
+
+
 def launched_offerings(cluster: Cluster) -> list[str]:
     return [i.offering.key for i in cluster.instances() if i.cloud_id is not None]
 
@@ -26,9 +34,7 @@ def launched_offerings(cluster: Cluster) -> list[str]:
 def test_a_refused_spot_launch_waits_then_falls_back_after_the_delay() -> None:
     cluster = spot_short_cluster(DELAY)
     submitted = cluster.clock.now()
-    trial_id = cluster.submit().trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=10_000)
-    cluster.pump()
+    trial_id = submit_long(cluster)
 
     cluster.run(DELAY - 60)
     assert launched_offerings(cluster) == []  # no on-demand for a trial younger than 10 min
@@ -79,9 +85,7 @@ def test_on_demand_is_bought_within_seconds_of_the_time_the_reason_promised() ->
     delay = DELAY + 25  # between two schedule passes
     cluster = spot_short_cluster(delay)
     submitted = cluster.clock.now()
-    trial_id = cluster.submit().trials[0].id
-    cluster.scripts[trial_id] = Script(duration_s=10_000)
-    cluster.pump()
+    submit_long(cluster)
     cluster.run(delay - 5)
     assert launched_offerings(cluster) == []
     while cluster.clock.now() < submitted + delay + 10:
@@ -93,9 +97,7 @@ def test_a_launch_refused_lately_is_tried_again_as_the_capacity_memory_ends() ->
     # The cloud refused spot; a second launch for new work is deferred by the memory, and
     # was retried only at the next redrive (minutes after the memory ended).
     cluster = spot_short_cluster(None)
-    first = cluster.submit().trials[0].id
-    cluster.scripts[first] = Script(duration_s=10_000)
-    cluster.pump()
+    submit_long(cluster)
     cluster.cloud.set_unavailable(SPOT_1.key, False)  # spot is back, the memory is not over
     state = cluster.store.pool_state("gpu")
     until = state.capacity.unavailable_until[SPOT_1.key]
