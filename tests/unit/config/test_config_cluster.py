@@ -78,7 +78,7 @@ def test_numbers_must_be_finite(value: float) -> None:
         ("spot", "yes", "must be true or false"),
         ("on_demand_fallback", 1, "must be true or false"),
         ("monthly_budget_usd", True, "must be a number"),
-        ("monthly_budget_usd", "100", "must be a number"),
+        ("monthly_budget_usd", "lots", "must be a number"),
     ],
 )
 def test_scalars_are_not_coerced_across_kinds(field: str, value: object, reason: str) -> None:
@@ -88,9 +88,12 @@ def test_scalars_are_not_coerced_across_kinds(field: str, value: object, reason:
     ]
 
 
-def test_a_float_field_takes_an_integer() -> None:
+def test_a_float_field_takes_an_integer_and_exponent_notation() -> None:
     config = load_cluster_config(dump(one_pool(monthly_budget_usd=100)))
     assert config.config.default_pool.provider.monthly_budget_usd == 100.0
+    # YAML 1.1 (PyYAML) reads 1e4 without a dot as a string.
+    text = dump(one_pool()).replace("type: aws\n", "type: aws\n    monthly_budget_usd: 1e4\n")
+    assert load_cluster_config(text).config.default_pool.provider.monthly_budget_usd == 1e4
 
 
 def test_spot_max_price_needs_spot() -> None:

@@ -258,11 +258,25 @@ def _same_kind_scalars(model: type[BaseModel], data: Any) -> Any:
             keys += info.validation_alias.choices
         for key in {k for k in keys if isinstance(k, str) and k in data}:
             value, kind = data[key], _scalar_kind(model, name)
-            if (kind in (int, float) and isinstance(value, bool | str)) or (
-                kind is bool and not isinstance(value, bool)
+            if (
+                (kind is int and isinstance(value, bool | str))
+                or (kind is float and (isinstance(value, bool) or _not_a_number(value)))
+                or (kind is bool and not isinstance(value, bool))
             ):
                 wrong[key] = _WrongKind()
     return {**data, **wrong} if wrong else data
+
+
+def _not_a_number(value: object) -> bool:
+    """A string that is not a number's spelling. PyYAML reads YAML 1.1, where ``1e4`` and
+    ``5e-3`` (no dot) are strings, so a float field takes the text of a number."""
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return True
+    return False
 
 
 def _scalar_kind(model: type[BaseModel], field: str | None) -> type | None:
