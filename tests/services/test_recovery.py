@@ -243,3 +243,30 @@ def test_a_gang_that_lost_one_member_buys_one_replacement_not_a_whole_gang() -> 
     assert trial.state is TrialState.RUNNING
     assert trial.placement is not None
     assert set(trial.placement.instance_ids) == {survivor_id, new[0].id}
+
+
+def test_a_gang_whose_member_went_silent_buys_one_replacement() -> None:
+    # A LOST member is cut from the placement at once: the survivor, still stopping the
+    # trial, was counted busy and a whole new gang was bought.
+    from corral.domain.offerings import CapacityType, Offering
+
+    big = Offering("g.4", "zone-a", CapacityType.SPOT, 4, 1.5)
+    cluster, trial_id = running_cluster(big, slots=8, run_s=60, max_instances=6, max_idle_s=600.0)
+    lost_id, survivor_id = cluster.trial(trial_id).placement.instance_ids  # type: ignore[union-attr]
+    before = {i.id for i in cluster.instances()}
+    by_record = {a.agent_id: a for a in cluster.agents.values()}
+    by_record[lost_id].alive = False
+    survivor = by_record[survivor_id]
+    survivor.obeys_stops = False  # checkpointing for a while
+    cluster.run(cluster.ctx.settings.reconcile.heartbeat_timeout_s + 5, step=3.0)
+    run_reconcile(cluster.ctx)
+    cluster.run(30, step=3.0)
+    survivor.obeys_stops = True
+    cluster.run(120, step=3.0)
+
+    new = [i for i in cluster.instances() if i.id not in before]
+    assert len(new) == 1, [(i.id, i.state.value) for i in new]
+    trial = cluster.trial(trial_id)
+    assert trial.state is TrialState.RUNNING
+    assert trial.placement is not None
+    assert set(trial.placement.instance_ids) == {survivor_id, new[0].id}

@@ -416,9 +416,14 @@ def _survivors_of_broken_gangs(
     must not be planned onto it again."""
     found: dict[str, set[int]] = {}
     for trial in unplaced:
-        parts = trial.placement.parts if trial.placement is not None else ()
+        placement = trial.placement
+        parts = placement.parts if placement is not None else ()
         members = [live.get(instance_id) for instance_id, _ in parts]
-        if len(parts) < 2 or all(m is not None and m.is_schedulable for m in members):
+        # Broken: a member is gone or going, or was already cut from the placement (a LOST
+        # member at once, an interrupted one when it confirms its stop before the others).
+        shrunk = placement is not None and placement.slots < trial.slots
+        intact = all(m is not None and m.is_schedulable for m in members)
+        if not parts or (intact and not shrunk):
             continue
         for (instance_id, gpus), member in zip(parts, members, strict=True):
             if member is not None and member.is_schedulable:
