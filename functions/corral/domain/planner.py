@@ -87,10 +87,11 @@ class PoolPlan:
     month_to_date_usd: float | None = None
 
 
-# A trial and every agent of its gang are assigned in one commit, and DynamoDB's
-# TransactWriteItems takes at most 100 items: a gang spans at most 99 instances. (A bigger
-# one was accepted and then failed every schedule pass of the cluster.)
-MAX_GANG_INSTANCES = 99
+# A gang's records change together in one commit, and DynamoDB's TransactWriteItems takes
+# at most 100 items: assigning writes the trial and every member (a bigger gang was accepted
+# and then failed every schedule pass of the cluster), and a member's termination writes the
+# trial, every member and the pool state. So a gang spans at most 98 instances.
+MAX_GANG_INSTANCES = 98
 
 
 def gang_instances_limit(pool: PoolPolicy) -> int:
