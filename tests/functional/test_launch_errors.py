@@ -195,12 +195,16 @@ def test_quota_error_backs_the_pool_off_and_shows_on_the_pending_trial(corral: C
     assert corral.calls["ec2.RunInstances"] == 1
     assert corral.instances() == {}
 
-    # The quota is raised and the backoff lapses: the stale QUEUED record is re-driven by
-    # the schedule pass and launches; success clears the backoff.
+    # That delivery scheduled one retry, recorded on the record, for a second after the
+    # backoff lapses (SQS holds it: moto delays on the wall clock, so it is handed in here).
+    (record,) = corral.ctx.store.instances()
+    assert record.redriven_at == state.backoff_until + 1.0
+    # The quota is raised and the backoff lapses: the retry arrives and launches; success
+    # clears the backoff.
     corral.stop_failing_run_instances("VcpuLimitExceeded")
-    corral.clock.advance(corral.ctx.settings.redrive_after_s)
-    corral.tick(schedule.handler)
-    _launch(corral)
+    corral.clock.advance(state.backoff_until + 1.0 - corral.clock.now())
+    due = sqs_record(str(launch["eventSourceARN"]), json.dumps(_message(record.id, 1)))
+    assert corral.handle(scale_up.handler, [due]) == {"batchItemFailures": []}
     assert corral.calls["ec2.RunInstances"] == 2
     (record,) = corral.ctx.store.instances()
     assert record.state is InstanceState.ALLOCATED

@@ -7,6 +7,9 @@ from __future__ import annotations
 from corral.domain.fallback import clock_time
 from corral.domain.instance import InstanceState
 from corral.domain.trial import TrialState
+from corral.ports.queue import QueueName
+from corral.services.scale_up import launch_instance
+from corral.services.schedule_pass import run_schedule_pass
 
 from .harness import OD_1, SPOT_1, Cluster, Script, make_pool
 
@@ -105,3 +108,18 @@ def test_a_launch_refused_lately_is_tried_again_as_the_capacity_memory_ends() ->
     while cluster.clock.now() < until + 10:
         cluster.step(1.0)
     assert launched_offerings(cluster) == [SPOT_1.key]
+
+
+def test_a_deferred_launch_has_one_retry_on_its_way_however_often_it_is_delivered() -> None:
+    # Every delivery that found the launch still waiting sent another delayed copy, and
+    # the pass's redrive started one more chain every two minutes.
+    cluster = spot_short_cluster(DELAY)
+    submit_long(cluster)
+    (record,) = cluster.instances()
+    assert record.state is InstanceState.QUEUED
+    assert record.redriven_at is not None and record.redriven_at > cluster.clock.now()
+    waiting = cluster.queue.pending(QueueName.SCALE_UP)
+    for _ in range(3):  # duplicates, or the pass's redrive
+        launch_instance(cluster.ctx, record.id, record.attempt)
+    run_schedule_pass(cluster.ctx)
+    assert cluster.queue.pending(QueueName.SCALE_UP) == waiting

@@ -124,7 +124,8 @@ class Instance:
     # notice, such an agent never takes work again (taking it back would undo the move).
     consolidated_at: float | None = None
     # When the schedule pass last sent a QUEUED record's launch message again (at most once
-    # per redrive period: the scale-up queue does not dedupe).
+    # per redrive period: the scale-up queue does not dedupe), or, when in the future, when
+    # the delayed retry of a deferred launch is due (``services/shared/launch_retry.py``).
     redriven_at: float | None = None
     stopped_at: float | None = None  # when it last entered the warm pool (STOPPING)
     # Launched to be stoppable (its pool had a warm pool): only such an instance is stopped

@@ -18,13 +18,10 @@ from corral.domain.backoff import (
     on_launch_success,
 )
 from corral.domain.errors import ConflictError, LaunchError
-from corral.domain.fallback import WAITING_STATES, allowed_offerings
+from corral.domain.fallback import allowed_offerings
 from corral.domain.instance import Instance, InstanceState
-from corral.domain.launch_retry import next_launch_chance
 from corral.domain.offerings import Offering
-from corral.domain.policy import PoolPolicy
 from corral.domain.records import Event, EventKind
-from corral.domain.trial import Trial
 from corral.ports.cloud import LaunchRequest
 from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import commit_one
@@ -35,6 +32,7 @@ from corral.services.shared.launch_outcome import (
     launch_error_event,
     pool_verdict,
 )
+from corral.services.shared.launch_retry import retry_when_it_may_go, waiting_trials
 from corral.services.shared.service_context import Context
 from corral.services.warm_start import start_warm
 
@@ -71,7 +69,7 @@ def _start_attempt(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
         blocked_reason(state, now) is not None
         or (offering := _available_offering(ctx, record, now)) is None
     ):
-        _retry_when_it_may_go(ctx, pool, record, now)
+        retry_when_it_may_go(ctx, pool, record, now)
         return LaunchOutcome.WAITING
     if offering.slots != record.offering.slots:
         return _replan(ctx, record, offering, now)
@@ -85,27 +83,6 @@ def _start_attempt(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
         return commit_one(ctx.store, requested)
     except ConflictError:
         return LaunchOutcome.SKIPPED  # another delivery of this message got there first
-
-
-# SQS delays a message by at most 15 minutes; a longer wait is retried then (and redriven).
-MAX_RETRY_DELAY_S = 900.0
-
-
-def _retry_when_it_may_go(ctx: Context, pool: PoolPolicy, record: Instance, now: float) -> None:
-    """Send this launch again for when its wait ends (``next_launch_chance``), a second
-    after, so the memory or the fallback delay has surely passed on the receiving clock. A
-    repeat is harmless: the record's attempt and state decide who launches."""
-    at = next_launch_chance(
-        pool, ctx.store.pool_state(record.pool), record.offering, _waiting(ctx, record), now
-    )
-    if at is not None:
-        delay = min(at - now + 1.0, MAX_RETRY_DELAY_S)
-        send(ctx.queue, [LaunchInstance.of(record)], delay_s=delay, dedupe=False)
-
-
-def _waiting(ctx: Context, record: Instance) -> list[Trial]:
-    found = (ctx.store.get_trial(trial_id) for trial_id, _ in record.planned_for)
-    return [t for t in found if t is not None and t.state in WAITING_STATES]
 
 
 def _available_offering(ctx: Context, record: Instance, now: float) -> Offering | None:
@@ -125,7 +102,7 @@ def _available_offering(ctx: Context, record: Instance, now: float) -> Offering 
         if o.slots >= record.offering.slots and capacity.is_available(o.key, now)
     ]
     if record.offering.is_spot:
-        candidates = allowed_offerings(pool, candidates, _waiting(ctx, record), now)
+        candidates = allowed_offerings(pool, candidates, waiting_trials(ctx, record), now)
     return min(
         candidates,
         key=lambda o: (o.slots != record.offering.slots, o.hourly_price, not o.is_spot),

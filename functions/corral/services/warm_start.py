@@ -32,6 +32,7 @@ from corral.services.shared.launch_outcome import (
     launch_error_event,
     pool_verdict,
 )
+from corral.services.shared.launch_retry import retry_when_it_may_go
 from corral.services.shared.service_context import Context
 
 # A start refused because the instance is still stopping is asked again this much later.
@@ -70,8 +71,12 @@ def start_warm(ctx: Context, record: Instance) -> LaunchOutcome:
 def _request(ctx: Context, record: Instance) -> Instance | LaunchOutcome:
     now = ctx.clock.now()
     state = ctx.store.pool_state(record.pool)
-    if ctx.pool(record.pool) is None or blocked_reason(state, now) is not None:
-        return LaunchOutcome.WAITING  # the schedule pass redrives it once the pool unblocks
+    pool = ctx.pool(record.pool)
+    if pool is None:
+        return LaunchOutcome.WAITING
+    if blocked_reason(state, now) is not None:
+        retry_when_it_may_go(ctx, pool, record, now)
+        return LaunchOutcome.WAITING
     if not state.capacity.is_available(record.offering.key, now):
         reason = f"{record.offering.key} was refused recently: it stays warm"
         _back_to_pool(ctx, record, reason)
