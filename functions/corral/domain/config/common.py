@@ -7,6 +7,7 @@ Determined ``master.yaml`` needs no restructuring. Cloud blocks (`aws.py`, `gcp.
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -279,6 +280,7 @@ def _not_a_number(value: object) -> bool:
     return False
 
 
+@functools.cache  # every validation asks, on every cold start; the answer never changes
 def _scalar_kind(model: type[BaseModel], field: str | None) -> type | None:
     """``bool``, ``int`` or ``float`` if the field holds exactly that (optionally, or with
     constraints), else None: unions of several kinds, fields with a validator of their own
