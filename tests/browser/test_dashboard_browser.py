@@ -234,6 +234,13 @@ def test_a_user_watches_kills_and_sees_interruptions_in_the_dashboard(
         ui.page.locator(f"#{name} table").wait_for(timeout=10_000)
         assert ui.unlabelled() == [], name
         ui.shot(f"06-{name}-1280")
+    # Drawn after the capacity sample arrives: slow on a loaded machine (it read 0 once).
+    wait_for(
+        "the capacity chart's three series",
+        lambda: ui.page.get_attribute("#capacity-chart", "data-series") == "3",
+        15,
+        0.2,
+    )
     assert ui.page.get_attribute("#capacity-chart", "data-series") == "3"
     ui.page.set_viewport_size({"width": 800, "height": 900})
     # The charts follow their frame's width; wide tables scroll inside theirs, not the page.
