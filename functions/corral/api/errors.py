@@ -38,13 +38,18 @@ from corral.domain.errors import (
     Unhealthy,
 )
 from corral.domain.state_machine import IllegalTransition
+from corral.domain.text import NOT_UNICODE
 from corral.services.submit import SubmitError
 
 logger = logging.getLogger("corral.api")
 
 # Where a request value came from; dropped from field paths ("body.config" -> "config").
 _SOURCES = {"body", "query", "path", "header"}
-_REASONS = {"missing": "required", "extra_forbidden": "unknown field"}
+_REASONS = {
+    "missing": "required",
+    "extra_forbidden": "unknown field",
+    "string_unicode": NOT_UNICODE,  # the text rule's wording, where a model lacks the rule
+}
 
 # The services' refusals (``corral.domain.errors``), each answered with its message.
 REFUSAL_STATUS: dict[type[Refused], int] = {
@@ -93,6 +98,10 @@ def field_path(loc: Sequence[str | int]) -> str:
 
 def _reason(error: dict[str, Any]) -> str:
     kind = str(error.get("type"))
+    loc = error.get("loc") or ()
+    if loc and loc[0] == "query" and error.get("input") == "":
+        # ``?limit=`` or ``?all=``: say it was empty, not "unable to parse string as an integer"
+        return "must not be empty"
     return _REASONS.get(kind) or str(error.get("msg", "invalid")).removeprefix("Value error, ")
 
 

@@ -19,6 +19,8 @@ from corral.api.schemas.public import (
     ExperimentView,
     FieldError,
     LogsPage,
+    MetricQuery,
+    OwnerQuery,
     RunCommandRequest,
     TrialList,
     TrialView,
@@ -65,10 +67,7 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
     def list_experiments(
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         mine: Annotated[bool, Query(description="Only the caller's own experiments")] = False,
-        owner: Annotated[
-            str | None,
-            Query(min_length=1, max_length=2048, description="Only this principal's"),
-        ] = None,
+        owner: Annotated[OwnerQuery | None, Query(description="Only this principal's")] = None,
     ) -> ExperimentList:
         user = deps.user()
         if mine and owner is not None and owner != user.name:
@@ -166,7 +165,7 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
     )
     def experiment_metrics(
         experiment_id: str,
-        name: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        name: Annotated[MetricQuery | None, Query()] = None,
         kind: Annotated[str, Query(pattern=KIND_PATTERN)] = "validation",
     ) -> ExperimentMetrics:
         deps.user()

@@ -15,11 +15,19 @@ from pydantic import FiniteFloat
 from corral.api import views
 from corral.api.deps import Deps
 from corral.api.openapi import errors
-from corral.api.schemas.public import EventsPage, Health, InstanceList, PoolList, PoolView
+from corral.api.schemas.public import (
+    EventsPage,
+    Health,
+    InstanceList,
+    PoolList,
+    PoolQuery,
+    PoolView,
+)
 from corral.services import pools
 
 TAG = "fleet"
 ALL = "Include records that ended (terminated, cancelled, failed launches)"
+POOL = "Only this pool's"
 
 
 def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
@@ -34,14 +42,14 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
         responses=errors(),
     )
     def list_agents(
-        pool: Annotated[str | None, Query()] = None,
+        pool: Annotated[PoolQuery | None, Query(description=POOL)] = None,
         include_terminal: Annotated[bool, Query(alias="all", description=ALL)] = False,
     ) -> InstanceList:
         return instances(pool, include_terminal)
 
     @app.get("/instances", tags=[TAG], summary="Alias of GET /agents", responses=errors())
     def list_instances(
-        pool: Annotated[str | None, Query()] = None,
+        pool: Annotated[PoolQuery | None, Query(description=POOL)] = None,
         include_terminal: Annotated[bool, Query(alias="all", description=ALL)] = False,
     ) -> InstanceList:
         return instances(pool, include_terminal)
@@ -79,7 +87,7 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
         # (allow_nan), so pydantic never sees it.
         since: Annotated[FiniteFloat, Query(description="Events strictly after this time")] = 0.0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 200,
-        pool: Annotated[str | None, Query()] = None,
+        pool: Annotated[PoolQuery | None, Query(description=POOL)] = None,
     ) -> EventsPage:
         deps.user()
         return views.events_page(deps.ctx(), since=since, limit=limit, pool=pool)

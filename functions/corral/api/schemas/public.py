@@ -14,6 +14,21 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator
 
 from corral.api.schemas.metrics import BestView, LatestMetrics
+from corral.domain import text
+from corral.domain.text import Argument, Token
+from corral.protocol.metrics import MAX_NAME_LENGTH
+
+# Query parameters (``corral.domain.text``: one line, not empty, bounded); min/max_length
+# repeat the bounds for the OpenAPI document.
+PoolQuery = Annotated[
+    str, text.query(text.MAX_ID_CHARS), Field(min_length=1, max_length=text.MAX_ID_CHARS)
+]
+OwnerQuery = Annotated[
+    str, text.query(text.MAX_QUERY_CHARS), Field(min_length=1, max_length=text.MAX_QUERY_CHARS)
+]
+MetricQuery = Annotated[
+    str, text.query(MAX_NAME_LENGTH), Field(min_length=1, max_length=MAX_NAME_LENGTH)
+]
 
 
 class _Request(BaseModel):
@@ -42,10 +57,10 @@ class CreateExperimentRequest(_Request):
     config: ConfigInput = Field(
         description="The experiment config: a mapping, or the YAML text of the file"
     )
-    client_token: str | None = Field(
+    client_token: Token | None = Field(
         default=None,
         min_length=1,
-        max_length=128,
+        max_length=text.MAX_TOKEN_CHARS,
         description="Makes the submission idempotent: a retry with the same token returns "
         "the experiment the first call created (200) instead of creating another (201)",
     )
@@ -55,10 +70,11 @@ class RunCommandRequest(_Request):
     config: ConfigInput = Field(
         default_factory=dict, description="A command config (Determined's command.yaml)"
     )
-    argv: list[str] = Field(
-        default_factory=list, description="The command line; empty: the config's entrypoint"
+    argv: list[Argument] = Field(
+        default_factory=list,
+        description="The command line; empty: the config's entrypoint. Any text but NUL",
     )
-    client_token: str | None = Field(default=None, min_length=1, max_length=128)
+    client_token: Token | None = Field(default=None, min_length=1, max_length=text.MAX_TOKEN_CHARS)
 
 
 # ---- errors ---------------------------------------------------------------------------------

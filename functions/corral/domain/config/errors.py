@@ -17,6 +17,8 @@ from typing import Any
 from pydantic import AfterValidator, ValidationError
 from pydantic_core import PydanticCustomError
 
+from corral.domain.text import NOT_UNICODE
+
 # The pydantic error type of our own cross-field rules; its context carries the reason and the
 # sub-path ("at") below the model that raised it, because a model validator cannot set `loc`.
 CUSTOM_ERROR_TYPE = "corral"
@@ -144,6 +146,9 @@ def _reason(err: Mapping[str, Any]) -> tuple[str, str]:
         "list_type": "must be a list",
         "tuple_type": "must be a list",
         "finite_number": "must be a finite number",
+        # A lone surrogate in a key or a constrained string; the text rule names it
+        # (``loader.validate``), this is its fallback.
+        "string_unicode": NOT_UNICODE,
     }
     if kind == CUSTOM_ERROR_TYPE:
         return str(ctx.get("at", "")), str(ctx.get("reason", msg))

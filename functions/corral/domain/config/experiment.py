@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
+from corral.domain import text
 from corral.domain.config.common import FrozenModel, NonEmptyStr, RuleProblems, rule
 from corral.domain.config.errors import ConfigError, Problem, field_error, rule_error
 from corral.domain.config.hyperparameters import (
@@ -31,23 +32,23 @@ DEFAULT_PRIORITY = 42
 
 # What a trial is started with (its argv, environment, image, mount paths) goes to execve or
 # to `docker run`, where a string ends at a NUL byte: the agent refuses such a trial at start
-# (exit 125, no logs), so it is refused here, at submission, naming the field.
-NUL = "\0"
-NO_NUL = "must not contain a NUL character"
+# (exit 125, no logs), so it is refused here, naming the field. The text rule's DATA kind
+# (`corral.domain.text`), checked always: no stored config can hold a NUL (nor a lone
+# surrogate, which no store could write).
+NUL = text.NUL
+NO_NUL = text.NO_NUL
 
 
-def _no_nul(value: object) -> object:
-    if isinstance(value, str) and NUL in value:
-        raise field_error(NO_NUL)
-    return value
+def _data_problem(value: str) -> str | None:
+    return text.problem(value, text.Kind.DATA)
 
 
-NoNulStr = Annotated[str, BeforeValidator(_no_nul)]
+NoNulStr = Annotated[str, text.checked(text.Kind.DATA, always=True)]
 
 
 def _absolute(value: str) -> str:
-    if NUL in value:
-        raise field_error(NO_NUL)
+    if (reason := _data_problem(value)) is not None:
+        raise field_error(reason)
     if not posixpath.isabs(value):
         raise field_error(f"must be an absolute path, got {value!r}")
     return value
@@ -61,13 +62,15 @@ def _entrypoint(value: object) -> object:
     if isinstance(value, str):
         if not value.strip():
             raise field_error("must not be empty")
-        return _no_nul(value)
+        if (reason := _data_problem(value)) is not None:
+            raise field_error(reason)
+        return value
     if isinstance(value, list | tuple):
         if not value or not all(isinstance(v, str) and v for v in value):
             raise field_error("must be a string or a non-empty list of non-empty strings")
         for i, arg in enumerate(value):
-            if NUL in arg:
-                raise rule_error(f"[{i}]", NO_NUL)
+            if (reason := _data_problem(arg)) is not None:
+                raise rule_error(f"[{i}]", reason)
         return tuple(value)
     raise field_error("must be a string or a list of strings")
 
@@ -92,6 +95,10 @@ def _env_name_problem(name: object) -> str | None:
         return f"name {shown} must be a string: quote it"
     if not ENV_NAME.match(name):
         return f"name {name!r} {ENV_NAME_RULE}"
+    if text.submitted():  # the text rule for names (stored configs keep what they had)
+        reason = text.problem(name, text.Kind.LINE, text.MAX_NAME_CHARS)
+        if reason is not None:
+            return f"name {name!r} {reason}"
     return None
 
 
@@ -104,7 +111,7 @@ def _env_value(value: object) -> tuple[str, str | None]:
     Python repr such as `None` or `[1]`.
     """
     if isinstance(value, str):
-        return value, (NO_NUL if NUL in value else None)
+        return value, _data_problem(value)
     if isinstance(value, bool | int | float):
         if isinstance(value, float) and not math.isfinite(value):
             return "", "must be a finite number"
@@ -134,11 +141,11 @@ def _env_vars(value: object) -> tuple[object, list[PydanticCustomError]]:
                 # The name goes in the reason, not the path: `""` or `X Y` cannot be a path.
                 problems.append(rule_error(field, name_problem))
                 continue
-            text, reason = _env_value(raw)
+            given, reason = _env_value(raw)
             if reason is not None:
                 problems.append(rule_error(f"{field}.{name}", reason))
             else:
-                out[name] = text
+                out[name] = given
         return out, problems
     if isinstance(value, list):
         first: dict[str, int] = {}
@@ -147,18 +154,18 @@ def _env_vars(value: object) -> tuple[object, list[PydanticCustomError]]:
             if not isinstance(item, str) or "=" not in item or item.startswith("="):
                 problems.append(rule_error(at, "must be KEY=VALUE"))
                 continue
-            name, _, text = item.partition("=")
+            name, _, given = item.partition("=")
             name_problem = _env_name_problem(name)
             if name_problem is not None:
                 problems.append(rule_error(at, name_problem))
-            elif NUL in text:
-                problems.append(rule_error(at, NO_NUL))
+            elif (reason := _data_problem(given)) is not None:
+                problems.append(rule_error(at, reason))
             elif name in first:
                 # A mapping cannot say it twice; here the later value would silently win.
                 problems.append(rule_error(at, f"sets {name} again (as [{first[name]}] does)"))
             else:
                 first[name] = i
-                out[name] = text
+                out[name] = given
         return out, problems
     return value, []  # not a mapping nor a list: the field's own type error says so
 
@@ -166,7 +173,7 @@ def _env_vars(value: object) -> tuple[object, list[PydanticCustomError]]:
 class Resources(FrozenModel):
     slots_per_trial: int = Field(default=1, ge=0)
     """GPUs per trial; a trial larger than one instance is gang-placed on several."""
-    resource_pool: str | None = None  # None: the cluster's default pool
+    resource_pool: text.Name | None = None  # None: the cluster's default pool
     """Pool to run in; none: the cluster's default pool."""
     priority: int = Field(default=DEFAULT_PRIORITY, ge=1, le=99)  # lower runs first
     """Scheduling priority, 1-99: lower runs first, as in Determined. A top-level `priority` is
@@ -176,7 +183,8 @@ class Resources(FrozenModel):
 class Environment(FrozenModel):
     environment_variables: dict[str, str] = Field(default_factory=dict)
     """Environment of each trial: a mapping, or a list of `KEY=VALUE` strings as Determined
-    allows. A name is non-empty, without `=`, spaces or NUL (what a process can be given). A value
+    allows. A name is non-empty, without `=`, spaces or NUL (what a process can be given), nor
+control characters, at most 256 characters. A value
     is a string; a number or a boolean is passed as JSON writes it (`1`, `0.5`, `true`: quote a
     value to keep its spelling, as YAML reads `yes` as true and `1.50` as 1.5); null, lists and
     mappings are refused. No NUL characters."""
@@ -244,8 +252,9 @@ class _JobConfig(FrozenModel):
     """What experiments and commands share."""
 
     # Bounded so that a record always fits a store item (DynamoDB: 400 KB).
-    description: str = Field(default="", max_length=MAX_DESCRIPTION_CHARS)
-    """Free text, shown in listings."""
+    description: text.Prose = Field(default="", max_length=MAX_DESCRIPTION_CHARS)
+    """Free text, shown in listings: lines of text (tab and newline are the only control
+    characters)."""
     image: NoNulStr | None = None  # required for Docker executors; the process executor ignores it
     """Container image of each trial (`environment.image` accepted); required by Docker executors,
     ignored by the process executor."""
@@ -299,11 +308,14 @@ class _JobConfig(FrozenModel):
 
 
 class ExperimentConfig(_JobConfig):
-    name: str = "experiment"
-    """Display name."""
+    name: text.Name = "experiment"
+    """Display name: one line of at most 256 characters, without control characters (ESC,
+    newlines, tabs) or bidirectional overrides."""
     entrypoint: Entrypoint
     """What each trial runs: a string runs through a shell, a list runs as is."""
-    hyperparameters: dict[str, Hyperparameter] = Field(default_factory=dict)
+    hyperparameters: Annotated[
+        dict[str, Hyperparameter], text.checked_keys(text.Kind.LINE, text.MAX_NAME_CHARS)
+    ] = Field(default_factory=dict)
     """Values given to each trial, by name: a plain value (or a mapping without `type`) is a
     constant; otherwise one of the kinds below."""
     searcher: SearcherConfig = SearcherConfig()
@@ -345,11 +357,10 @@ def expand_trials(config: ExperimentConfig) -> list[dict[str, Any]]:
 def command_job(config: CommandConfig, argv: Sequence[str]) -> ExperimentConfig:
     """A command as a one-trial experiment: ``argv`` (or the config's entrypoint) runs once,
     with no hyperparameters and no restarts on a user error (a command is not retried)."""
-    bad = [
-        Problem(f"argv[{i}]", "must not be empty" if not arg else NO_NUL)
-        for i, arg in enumerate(argv)
-        if not arg or NUL in arg
+    found = [
+        (i, "must not be empty" if not arg else _data_problem(arg)) for i, arg in enumerate(argv)
     ]
+    bad = [Problem(f"argv[{i}]", reason) for i, reason in found if reason is not None]
     if bad:  # a ConfigError (a 4xx naming argv[i]), before ExperimentConfig's own check
         raise ConfigError(bad)
     entrypoint: str | tuple[str, ...] | None = tuple(argv) if argv else config.entrypoint
@@ -357,7 +368,8 @@ def command_job(config: CommandConfig, argv: Sequence[str]) -> ExperimentConfig:
         raise ConfigError.single("entrypoint", "required: give a command line")
     shown = " ".join(entrypoint) if isinstance(entrypoint, tuple) else entrypoint
     return ExperimentConfig(
-        name=f"command: {shown}"[:120],
+        # A name is one line: the command line's newlines and escapes are shown, not kept.
+        name=text.visible(f"command: {shown}")[:120],
         description=config.description,
         image=config.image,
         resources=config.resources,

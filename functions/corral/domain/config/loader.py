@@ -14,9 +14,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from corral.domain import text
 from corral.domain.config.cluster import ClusterConfig
 from corral.domain.config.deployment import DeploymentDefaults
-from corral.domain.config.errors import ConfigError, Problem, problems_from_validation_error
+from corral.domain.config.errors import (
+    ConfigError,
+    Problem,
+    join_path,
+    problems_from_validation_error,
+)
 from corral.domain.config.legacy import normalize_cluster, problems_at_original_paths
 
 if TYPE_CHECKING:  # loaded on first use: the Lambda functions read only cluster configs
@@ -127,12 +133,33 @@ def parse_yaml(text: str) -> dict[str, Any]:
     return data
 
 
+def _with_text_problems(problems: list[Problem], data: object) -> list[Problem]:
+    """``problems`` and the text rule's floor (no NUL, no lone surrogate) anywhere in
+    ``data``, where a field's own check has not reported it already (a constant
+    hyperparameter, a description, a tag: every string ends up stored)."""
+    extra = [Problem(join_path(*at), reason) for at, reason in text.problems_in(data)]
+    if not extra:
+        return problems
+    # Pydantic's own word for a lone surrogate names neither the character nor the key.
+    kept = [p for p in problems if p.reason != text.NOT_UNICODE]
+    seen = {p.path for p in kept}
+    return kept + [p for p in extra if p.path not in seen]
+
+
 def validate(model: type[M], data: Mapping[str, Any]) -> M:
-    """``model`` validated from ``data``, or ConfigError with user-spelled paths."""
+    """``model`` validated from ``data``, a user's submission, or ConfigError with
+    user-spelled paths. The text rule (``corral.domain.text``) is checked on names and
+    descriptions here, not when a stored config is read back."""
+    problems: list[Problem] = []
     try:
-        return model.model_validate(data)
+        with text.submission():
+            config = model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(problems_from_validation_error(exc, data)) from None
+        problems = problems_from_validation_error(exc, data)
+    problems = _with_text_problems(problems, data)
+    if problems:
+        raise ConfigError(problems)
+    return config
 
 
 def cluster_config_from_mapping(
@@ -148,7 +175,7 @@ def cluster_config_from_mapping(
         config = ClusterConfig.model_validate(norm.data)
     except ValidationError as exc:
         problems = problems_from_validation_error(exc, norm.data)
-    problems = problems_at_original_paths(problems, norm)
+    problems = _with_text_problems(problems_at_original_paths(problems, norm), data)
     if problems:
         raise ConfigError(problems)
     return LoadedConfig(config, tuple(norm.warnings))
