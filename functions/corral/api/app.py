@@ -49,6 +49,7 @@ def build_resolver(
     )
     deps = Deps(app=app, ctx_provider=ctx_provider, auth=auth)
     errors.install_error_handlers(app)
+    app.use([errors.check_path_parameters])
     routes_experiments.register(app, deps)
     routes_fleet.register(app, deps)
     routes_agents.register(app, deps)

@@ -55,7 +55,7 @@ def events(
                 if json_out:
                     print(json.dumps(e, sort_keys=True), flush=True)
                 else:
-                    render.echo(event_line(e))
+                    render.echo(render.one_line(event_line(e)))  # one line per event
                 left -= 1
             since = float(page.get("next_since", since))
             if not follow and left <= 0:

@@ -89,7 +89,8 @@ def follow_experiment(
             for trial in trials:
                 line = trial_line(trial)
                 if seen.get(trial["id"]) != line:
-                    progress.console.print(f"{trial['id']}: {line}", markup=False, emoji=False)
+                    shown = render.one_line(f"{trial['id']}: {line}")
+                    progress.console.print(shown, markup=False, emoji=False)
                     seen[trial["id"]] = line
             done = sum(1 for t in trials if t.get("state") in TRIAL_TERMINAL)
             progress.update(overall, total=len(trials) or None, completed=done)

@@ -20,10 +20,15 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.client import EXIT_ERROR, CliError
+from corral.domain.text import visible
 
 # Markup stays on for callers that style their own words (``corral.local.demo``); what this
 # module prints from data (API replies, ids, names, messages, paths) goes in as ``Text`` or
 # with ``markup=False``, so "[/x]" in a name is shown as typed, never parsed (or crashed on).
+# And every string from data is shown through ``visible`` (``corral.domain.text``): control
+# characters escaped (``\x1b``, ``\n``), so a name stored before the API refused them (or
+# a trial's output) cannot move the cursor, retitle the window or hide text on the reader's
+# terminal. Rich itself strips only a few (BEL, BS, VT, FF, CR), not ESC.
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
@@ -76,7 +81,8 @@ def guard() -> Iterator[None]:
     try:
         yield
     except CliError as exc:
-        err_console.print(Text.assemble(("error:", "red"), " ", exc.message), soft_wrap=True)
+        message = visible(exc.message, keep="\n\t")
+        err_console.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
@@ -88,13 +94,27 @@ def guard() -> Iterator[None]:
 
 
 def echo(text: str, *, err: bool = False, soft_wrap: bool = False) -> None:
-    """Print ``text`` as it is: no markup, no emoji codes (it holds ids, names, paths)."""
-    (err_console if err else console).print(text, markup=False, emoji=False, soft_wrap=soft_wrap)
+    """Print ``text`` as it is: no markup, no emoji codes (it holds ids, names, paths), and
+    control characters escaped but for the newlines and tabs of the message itself."""
+    out = err_console if err else console
+    out.print(visible(text, keep="\n\t"), markup=False, emoji=False, soft_wrap=soft_wrap)
+
+
+def one_line(value: Any) -> str:
+    """A stored value as one line of plain text: every control character escaped."""
+    return visible(str(value))
+
+
+def log_line(line: str) -> str:
+    """A line of a trial's output, as printed: control characters escaped but tab (ESC
+    colour codes included: they show as ``\x1b[31m``), so a trial cannot drive the terminal
+    of whoever reads its logs (every user may)."""
+    return visible(line, keep="\t")
 
 
 def cell(value: Any) -> Text:
     """A value as literal text for a table or panel; a ``Text`` (a styled state) is kept."""
-    return value if isinstance(value, Text) else Text(str(value))
+    return value if isinstance(value, Text) else Text(one_line(value))
 
 
 def print_json(data: Any) -> None:
@@ -146,7 +166,7 @@ _STATE_STYLE = {
 
 def state(value: Any) -> Text:
     """The state, coloured if it is one we know; whatever the API sent, shown literally."""
-    text = str(value or "-")
+    text = one_line(value or "-")
     return Text(text, style=_STATE_STYLE.get(text.upper(), ""))
 
 
@@ -200,7 +220,7 @@ def table(title: str | None, columns: Sequence[Column], rows: Sequence[dict[str,
     shown, widths = _fit(cols, cells, console.width)
     index = [cols.index(c) for c in shown]
     out = Table(
-        title=None if title is None else Text(title),
+        title=None if title is None else Text(one_line(title)),
         title_justify="left",
         show_edge=False,
         pad_edge=False,
@@ -220,7 +240,9 @@ def table(title: str | None, columns: Sequence[Column], rows: Sequence[dict[str,
 
 
 def fields(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
-    out = Table(title=Text(title), title_justify="left", show_header=False, show_edge=False)
+    out = Table(
+        title=Text(one_line(title)), title_justify="left", show_header=False, show_edge=False
+    )
     out.add_column(style="bold")
     out.add_column(overflow="fold")
     for key, value in pairs:

@@ -110,7 +110,7 @@ def stream_logs(
         page = client.get(api_path("trials", trial_id, "logs"), {"after_seq": after, "limit": 1000})
         lines = page.get("lines") or []
         for line in lines:
-            emit(line.get("line", ""))
+            emit(render.log_line(line.get("line", "")))
         after = int(page.get("next_after_seq", after))
         if page.get("has_more"):
             continue
