@@ -6,7 +6,7 @@
 
 import { ApiError, takeTokenFromFragment } from "./api.js";
 import { sampleCapacity } from "./capacity.js";
-import { h } from "./dom.js";
+import { h, visible } from "./dom.js";
 import * as agents from "./view_agents.js";
 import * as events from "./view_events.js";
 import * as experiment from "./view_experiment.js";
@@ -102,7 +102,7 @@ function show() {
     if (a.dataset.nav === found.nav) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
-  document.title = `${view.title} · Corral`;
+  document.title = visible(`${view.title} · Corral`);
   cycleErrors = new Map();
   showErrors();
   main.replaceChildren();

@@ -16,10 +16,32 @@ export function h(tag, props = {}, ...children) {
   return el;
 }
 
+// What a page must not show as it is (the CLI's rule, corral.domain.text.visible): control
+// characters, bidirectional overrides and isolates (they reorder what follows: "exe.gnp"
+// shown as "png.exe"), line and paragraph separators, and lone surrogates.
+const HIDDEN =
+  /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\u2028\u2029]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+const NAMED = { "\n": "\\n", "\t": "\\t", "\r": "\\r" };
+
+/**
+ * Text from stored records, safe to show: what HIDDEN matches is written as an escape
+ * ("\x1b", "\n", "\u202e"), except the characters in keep (a log keeps its tabs).
+ */
+export function visible(text, keep = "") {
+  return String(text).replace(HIDDEN, (c) => {
+    if (keep.includes(c)) return c;
+    if (NAMED[c]) return NAMED[c];
+    const code = c.charCodeAt(0);
+    return code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
+  });
+}
+
 function append(el, children) {
   for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
-    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    // Always a text node (never HTML), and every string shown through visible(): the page
+    // is built only from elements, so this is where every piece of stored text passes.
+    el.append(child instanceof Node ? child : document.createTextNode(visible(child)));
   }
 }
 

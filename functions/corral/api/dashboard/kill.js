@@ -1,12 +1,13 @@
 // Kill an experiment from the page: ask first, then POST /experiments/{id}/kill.
 
 import { api } from "./api.js";
-import { h } from "./dom.js";
+import { h, visible } from "./dom.js";
 
 const ACTIVE = new Set(["ACTIVE"]);
 
 export function killButton(ctx, experiment) {
-  const label = experiment.name ? `${experiment.name} (${experiment.id})` : experiment.id;
+  // Also in the confirm dialog: a name's newlines or bidi overrides must not reword it.
+  const label = visible(experiment.name ? `${experiment.name} (${experiment.id})` : experiment.id);
   return h(
     "button",
     {

@@ -3,7 +3,7 @@
 // while the reader is there.
 
 import { api } from "./api.js";
-import { h } from "./dom.js";
+import { h, visible } from "./dom.js";
 
 const MAX_LINES = 5000;
 const PAGES_PER_REFRESH = 5;
@@ -53,7 +53,9 @@ export class LogPanel {
     if (!lines.length) return;
     const atEnd = this.pre.scrollTop + this.pre.clientHeight >= this.pre.scrollHeight - 4;
     for (const line of lines) {
-      this.pre.append(h("span", { className: line.stream === "stderr" ? "stderr" : undefined }, `${line.line}\n`));
+      // The trial's own output: tabs kept, other control characters (ESC colours) escaped.
+      const text = document.createTextNode(`${visible(line.line, "\t")}\n`);
+      this.pre.append(h("span", { className: line.stream === "stderr" ? "stderr" : undefined }, text));
     }
     this.count += lines.length;
     while (this.pre.childNodes.length > MAX_LINES) this.pre.firstChild.remove();

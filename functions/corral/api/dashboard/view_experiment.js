@@ -4,7 +4,7 @@
 
 import { api } from "./api.js";
 import { LineChart } from "./charts.js";
-import { badge, dash, h, hparams, money, number, replaceKeepingFocus, table, time } from "./dom.js";
+import { badge, dash, h, hparams, money, number, replaceKeepingFocus, table, time, visible } from "./dom.js";
 import { killButton } from "./kill.js";
 import { LogPanel } from "./logs.js";
 import { best, progress } from "./view_experiments.js";
@@ -142,7 +142,7 @@ export function create(ctx, experimentId) {
     async refresh() {
       const detail = await ctx.load(api("GET", `experiments/${id}`));
       if (!detail) return;
-      els.heading.textContent = `Experiment ${detail.name || ""} ${detail.id}`.replace("  ", " ");
+      els.heading.textContent = visible(`Experiment ${detail.name || ""} ${detail.id}`.replace("  ", " "));
       replaceKeepingFocus(els.summary, summary(detail));
       replaceKeepingFocus(els.kill, killButton(ctx, detail));
       let trials = detail.trials;
