@@ -40,6 +40,7 @@ from corral.domain.config import (
     reference,
     validate,
 )
+from corral.domain.text import visible
 
 EXIT_INVALID = 2
 EXIT_INTERNAL = 1
@@ -212,7 +213,8 @@ def validate_cmd(
         lines, warnings = _check(file, kind, defaults_from_env(os.environ, options))
     except ConfigError as exc:
         for problem in exc.problems:
-            typer.echo(f"{problem.path or file}: {problem.reason}", err=True)
+            # One line each: a key in the file (a path here) may hold control characters.
+            typer.echo(visible(f"{problem.path or file}: {problem.reason}"), err=True)
         raise typer.Exit(EXIT_INVALID) from None
     except Exception as exc:  # a bug in Corral: still one line, never a traceback
         typer.echo(f"{file}: internal error: {type(exc).__name__}: {exc}", err=True)

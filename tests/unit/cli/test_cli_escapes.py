@@ -4,6 +4,7 @@ of ESC, by every command that shows them."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from typer.testing import CliRunner
@@ -77,3 +78,14 @@ def test_events_are_one_escaped_line_each(api: tuple[str, Cluster]) -> None:
     (line,) = [line for line in result.output.splitlines() if "pwned" in line]
     assert ESCAPED in line
     assert _raw_controls(result.output) == []
+
+
+def test_config_validate_names_a_key_with_control_characters_escaped(tmp_path: Path) -> None:
+    config = tmp_path / "exp.yaml"
+    config.write_text('entrypoint: x\n"bad\\e[2Jkey": 1\nname: "n\\e]0;t\\a"\n')
+    result = cli("config", "validate", str(config), "--kind", "experiment")
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        "name: must not contain control characters (\\x1b at character 2)",
+        "bad\\x1b[2Jkey: unknown field",
+    ]
