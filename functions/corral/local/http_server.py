@@ -127,16 +127,11 @@ def respond(
     headers: list[tuple[str, str]],
     body: bytes,
 ) -> list[bytes]:
-    """A WSGI reply with its length; waitress leaves the body out for HEAD (and 204/304)."""
+    """A WSGI reply with its length (a reply to HEAD keeps the length and loses the body:
+    ``_no_body_for_head``; waitress sends none with a 204 or 304)."""
     sent = [(k, v) for k, v in headers if k.lower() not in _FRAMING]
     start_response(f"{status} {_phrase(status)}", [*sent, ("Content-Length", str(len(body)))])
     return [body]
-
-
-def respond_json(start_response: StartResponse, status: int, message: str) -> list[bytes]:
-    status_line, headers, payload = json_body(status, message)
-    start_response(status_line, [*headers, ("Cache-Control", "no-store")])
-    return [payload]
 
 
 # Set by the server from the body it sends, never by the application's reply.
