@@ -1,10 +1,10 @@
 """Load on the HTTP API: 1,000 agents heartbeating and a burst of 5,000 trial submissions.
 
 The real resolver (``corral.api.app.build_resolver``) behind the local stack's loopback server
-(``corral.local.http_shim.HttpShim``: real HTTP on 127.0.0.1, a thread per connection), over
-the in-memory store, queue and simulated cloud. Clients are threads with one keep-alive
-connection each, authenticated like the local stack (bearer tokens; agents' tokens minted per
-instance). Phases, each timed on its own:
+(``corral.local.http_shim.HttpShim``: real HTTP on 127.0.0.1, waitress's poll loop and
+worker threads), over the in-memory store, queue and simulated cloud. Clients are threads with
+one keep-alive connection each, authenticated like the local stack (bearer tokens; agents'
+tokens minted per instance). Phases, each timed on its own:
 
 1. setup (not measured): one 1,000-trial experiment is planned and its 1,000 instances boot;
 2. register: each of the 1,000 agents registers (``POST /agents/register``);
@@ -319,7 +319,7 @@ def main() -> int:
         shim.stop()
 
     base_p50 = base.p(0.5)
-    server = "as in the local stack (TCP_NODELAY, backlog 128)"
+    server = "as in the local stack (waitress: TCP_NODELAY, backlog 1024)"
     print(f"python {platform.python_version()}, {platform.machine()}, setup {setup_s:.1f} s")
     print(f"loopback server {server}")
     print(

@@ -12,8 +12,9 @@ resolver's JSON decoder (``json_body_deserializer=`` in ``corral.api.app``): it 
 over ``MAX_BODY_BYTES`` without reading it and one nested deeper than ``MAX_JSON_DEPTH``
 without parsing it, so every deployment refuses the same bodies, with the limit named (413
 and 400: ``corral.api.errors``). The servers in front of the handler check the declared size
-(``declared_body_size``) before they read the body at all: the local stack's
-(``corral.local.http_shim``) and ``corral dashboard``'s proxy (``corral.cli.dashboard_proxy``).
+before they read the body at all, and answer in ``declared_body_size``'s words: the local
+stack's (``corral.local.http_shim``) and ``corral dashboard``'s proxy
+(``corral.cli.dashboard_proxy``), both waitress (``corral.local.http_server``).
 """
 
 from __future__ import annotations

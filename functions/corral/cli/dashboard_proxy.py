@@ -9,7 +9,12 @@ What keeps other local processes and web pages out: the page sends the proxy's o
 token (``Authorization: Bearer``, taken from the URL fragment the command prints, exactly as
 on the local stack), which the proxy checks and never forwards; and a request whose ``Host``
 is not the proxy's own address is refused (a DNS-rebinding page cannot borrow the session).
-Nothing but the method, path, query, body, ``Content-Type`` and ``Accept`` reaches the API.
+Nothing but the method, path, query, body, ``Content-Type`` and ``Accept`` reaches the API,
+and only for the methods the API serves (any other is a 405 here).
+
+HTTP itself (framing, chunked bodies, the API's body size limit before a body is read,
+keep-alive) is waitress's, the same server as the local stack's: ``corral.local.http_server``
+says why; a request it refuses is answered in the API's JSON, like every reply here.
 """
 
 from __future__ import annotations
@@ -18,20 +23,21 @@ import hmac
 import json
 import logging
 import secrets
-import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from corral.api import dashboard
-from corral.api.http_events import BodyRefused, declared_body_size
+from corral.local.http_server import LoopbackServer, Request, StartResponse, respond
 
 log = logging.getLogger(__name__)
 
 UPSTREAM_TIMEOUT_S = 30.0
+# What the API serves (OPTIONS too: a browser's preflight is the API's to answer).
+FORWARDED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 class Signer(Protocol):
@@ -67,11 +73,10 @@ class DashboardProxy:
         self.signer = signer
         self.token = secrets.token_urlsafe(24)
         self._opener = urllib.request.build_opener(_NoRedirect())
-        self._server = _Server(("127.0.0.1", port), self)
-        self.port = int(self._server.server_address[1])
-        self.url = f"http://127.0.0.1:{self.port}"
+        self._server = LoopbackServer(self._app, port, name="dashboard-proxy")
+        self.port = self._server.port
+        self.url = self._server.url
         self._hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
-        self._thread: threading.Thread | None = None
 
     @property
     def page_url(self) -> str:
@@ -80,20 +85,13 @@ class DashboardProxy:
 
     # ---- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name="dashboard-proxy",
-            daemon=True,
-        )
-        self._thread.start()
+        self._server.start()
 
     def serve_forever(self) -> None:
-        self._server.serve_forever(poll_interval=0.2)
+        self._server.serve_forever()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
     # ---- requests ---------------------------------------------------------------------
     def host_allowed(self, host: str | None) -> bool:
@@ -126,80 +124,44 @@ class DashboardProxy:
             reason = getattr(exc, "reason", exc)
             return json_reply(502, f"cannot reach {self.upstream}: {reason}")
 
+    def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        request = Request.from_environ(environ)
+        reply, headers = self.serve(request)
+        sent = [*(headers or {"Cache-Control": "no-store"}).items()]
+        if reply.content_type:
+            sent = [(k, v) for k, v in sent if k.lower() != "content-type"]
+            sent.append(("Content-Type", reply.content_type))
+        return respond(start_response, reply.status, sent, reply.body)
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], proxy: DashboardProxy) -> None:
-        super().__init__(address, _Handler)
-        self.proxy = proxy
+    def serve(self, request: Request) -> tuple[Reply, dict[str, str] | None]:
+        """The reply to one request (its body read whole), and headers other than the
+        default ``Cache-Control: no-store``."""
+        if not self.host_allowed(request.header("host")):
+            return json_reply(403, "this proxy answers only requests to its own address"), None
+        if not request.target.startswith("/"):  # "GET http://elsewhere/..." (proxy-style)
+            return json_reply(400, "only paths of this server, not other URLs"), None
+        path = urlsplit(request.target).path
+        if request.method in ("GET", "HEAD") and _is_asset(path):
+            return _asset(path, request.header("if-none-match"))
+        if request.method not in FORWARDED_METHODS:
+            allow = {"Allow": ", ".join(FORWARDED_METHODS), "Cache-Control": "no-store"}
+            return json_reply(405, f"the API does not serve {request.method} requests"), allow
+        if not self.authorised(request.header("authorization")):
+            message = "missing or wrong proxy token: open the link `corral dashboard` printed"
+            return json_reply(401, message), None
+        headers = dict(request.headers)
+        return self.forward(request.method, request.target, request.body, headers), None
 
 
 def _is_asset(path: str) -> bool:
     return path == "/" or path.startswith("/dashboard/")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def _serve(self) -> None:
-        proxy = self.server.proxy
-        if not proxy.host_allowed(self.headers.get("Host")):
-            self._reply(json_reply(403, "this proxy answers only requests to its own address"))
-            return
-        if not self.path.startswith("/"):  # "GET http://elsewhere/..." (proxy-style)
-            self._reply(json_reply(400, "only paths of this server, not other URLs"))
-            return
-        path = urlsplit(self.path).path
-        if self.command in ("GET", "HEAD") and _is_asset(path):
-            self._asset(path)
-            return
-        if not proxy.authorised(self.headers.get("Authorization")):
-            message = "missing or wrong proxy token: open the link `corral dashboard` printed"
-            self._reply(json_reply(401, message))
-            return
-        # The API's own limit, checked before a byte of the body is read.
-        try:
-            length = declared_body_size(self.headers.get("Content-Length"))
-        except BodyRefused as refused:
-            # The body stays unread, so the connection cannot carry another request.
-            closing = {"Cache-Control": "no-store", "Connection": "close"}
-            self._reply(json_reply(refused.status, refused.message), closing)
-            return
-        body = self.rfile.read(length) if length else b""
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        self._reply(proxy.forward(self.command, self.path, body, headers))
-
-    def _asset(self, path: str) -> None:
-        asset = (
-            dashboard.index() if path == "/" else dashboard.get(path.removeprefix("/dashboard/"))
-        )
-        if asset is None:
-            self._reply(json_reply(404, f"no dashboard file {path}"))
-            return
-        headers = asset.headers()
-        if asset.not_modified(self.headers.get("If-None-Match")):
-            self._reply(Reply(304, asset.content_type, b""), headers)
-            return
-        self._reply(Reply(200, asset.content_type, asset.body.encode()), headers)
-
-    def _reply(self, reply: Reply, headers: dict[str, str] | None = None) -> None:
-        self.send_response(reply.status)
-        for key, value in (headers or {"Cache-Control": "no-store"}).items():
-            if key.lower() != "content-type":
-                self.send_header(key, value)
-        if reply.content_type:
-            self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body)))
-        self.end_headers()
-        if self.command != "HEAD" and reply.status != 304:
-            try:
-                self.wfile.write(reply.body)
-            except (BrokenPipeError, ConnectionResetError):
-                log.debug("the browser went away before the reply to %s", self.path)
-
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _serve
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+def _asset(path: str, if_none_match: str | None) -> tuple[Reply, dict[str, str] | None]:
+    asset = dashboard.index() if path == "/" else dashboard.get(path.removeprefix("/dashboard/"))
+    if asset is None:
+        return json_reply(404, f"no dashboard file {path}"), None
+    headers = asset.headers()
+    if asset.not_modified(if_none_match):
+        return Reply(304, asset.content_type, b""), headers
+    return Reply(200, asset.content_type, asset.body.encode()), headers
