@@ -23,20 +23,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# CliError and the exit codes live in errors.py (the signer raises it too); importers of the
+# client keep finding them here.
+from corral.cli.errors import EXIT_ERROR, EXIT_USAGE, CliError
 from corral.local.state import StateDir
 
 ENDPOINT_ENV = "CORRAL_ENDPOINT"
 TOKEN_ENV = "CORRAL_TOKEN"
-EXIT_ERROR = 1
-EXIT_USAGE = 2  # the request was refused as invalid (4xx)
 _EXECUTE_API = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
-
-
-class CliError(Exception):
-    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
