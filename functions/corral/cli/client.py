@@ -212,3 +212,19 @@ def _q(value: Any) -> str:
 
 def client_from(endpoint_option: str | None) -> ApiClient:
     return ApiClient(resolve_endpoint(endpoint_option))
+
+
+# CliError and the exit codes are errors.py's, exported here too for the client's callers.
+__all__ = [
+    "ENDPOINT_ENV",
+    "EXIT_ERROR",
+    "EXIT_USAGE",
+    "TOKEN_ENV",
+    "ApiClient",
+    "CliError",
+    "Endpoint",
+    "api_path",
+    "check_url",
+    "client_from",
+    "resolve_endpoint",
+]
