@@ -166,7 +166,7 @@ run "${g[@]}" projects add-iam-policy-binding "$PROJECT" --member="serviceAccoun
 #   condition above, so scale_up gets a custom role holding only compute.disks.useReadOnly
 #   (a READ_ONLY attachment) or compute.disks.use, on that disk alone;
 # - a shared VPC (the seed's Compute Network User): roles/compute.networkUser on the host
-#   project's subnetwork (on the host project when the pool names only the network).
+#   project's subnetwork the pool names (only that one, never the whole host project).
 while IFS=$'\t' read -r kind a b c d; do
     case "$kind" in
     disk) # project zone name mode
@@ -183,10 +183,6 @@ while IFS=$'\t' read -r kind a b c d; do
     subnet) # host project, region, name
         run gcloud --quiet compute networks subnets add-iam-policy-binding "$c" --project="$a" \
             --region="$b" --member="$(sa scale-up)" --role=roles/compute.networkUser
-        ;;
-    network) # host project
-        run gcloud --quiet projects add-iam-policy-binding "$a" --member="$(sa scale-up)" \
-            --role=roles/compute.networkUser --condition=None
         ;;
     warning) echo "deploy.sh: warning: $a" >&2 ;;
     esac

@@ -6,8 +6,6 @@ tab-separated line each (deploy.sh turns each into a binding):
                                       condition on instanceAdmin.v1 does not cover its name
     subnet   PROJECT REGION NAME      a shared VPC's subnetwork in another (host) project:
                                       scale_up needs Compute Network User on it
-    network  PROJECT                  a shared VPC's network given without a subnetwork: the
-                                      same role, on the host project
     warning  TEXT                     what deploy.sh cannot grant (printed, the deploy goes on)
 
 The config is read with Corral's own loader (Corral's format or a Determined master.yaml),
@@ -72,7 +70,7 @@ def disk_needs(
             )
 
 
-def network_needs(project: str, network: str, subnetwork: str | None) -> Iterator[str]:
+def network_needs(pool: str, project: str, network: str, subnetwork: str | None) -> Iterator[str]:
     if subnetwork:
         match = _SUBNET.match(_path(subnetwork))
         if match and match["project"] and match["project"] != project:
@@ -80,7 +78,13 @@ def network_needs(project: str, network: str, subnetwork: str | None) -> Iterato
         return
     match = _NETWORK.match(_path(network))
     if match and match["project"] and match["project"] != project:
-        yield f"network\t{match['project']}"
+        # Granting the role on the whole host project would let scale_up use every subnetwork
+        # there: name the one the agents use instead.
+        yield (
+            f"warning\tpool {pool!r} uses the network {network!r} of another project (a shared "
+            "VPC) without a subnetwork: set network_interface.subnetwork to the host's "
+            "subnetwork, and deploy.sh grants Compute Network User on it"
+        )
 
 
 def needs(config: Any, prefix: str) -> list[str]:
@@ -91,7 +95,7 @@ def needs(config: Any, prefix: str) -> list[str]:
             continue
         out += disk_needs(pool.name, provider.project, provider.base_config, prefix)
         nic = provider.network_interface
-        out += network_needs(provider.project, nic.network, nic.subnetwork)
+        out += network_needs(pool.name, provider.project, nic.network, nic.subnetwork)
     return list(dict.fromkeys(out))  # once each, in config order
 
 

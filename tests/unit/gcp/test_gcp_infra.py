@@ -149,18 +149,16 @@ def test_a_shared_vpc_subnetwork_grants_scale_up_network_user_on_it(tmp_path: Pa
     assert done.stdout.count("roles/compute.networkUser") == 1
 
 
-def test_a_shared_vpc_network_without_subnetwork_grants_it_on_the_host_project(
+def test_a_shared_vpc_network_without_subnetwork_is_a_warning_not_a_project_grant(
     tmp_path: Path,
 ) -> None:
-    done = _deploy(
-        tmp_path, SHARED_VPC.splitlines(keepends=True)[0] + SHARED_VPC.splitlines(keepends=True)[1]
-    )
+    network_only = "".join(SHARED_VPC.splitlines(keepends=True)[:2])
+    done = _deploy(tmp_path, network_only)
 
     assert done.returncode == 0, done.stderr
-    assert (
-        f"gcloud --quiet projects add-iam-policy-binding host-proj --member={SCALE_UP} "
-        "--role=roles/compute.networkUser --condition=None"
-    ) in done.stdout
+    assert "roles/compute.networkUser" not in done.stdout
+    assert "warning: pool 'gpu' uses the network" in done.stderr
+    assert "set network_interface.subnetwork" in done.stderr
 
 
 def test_a_subnetwork_of_the_pools_own_project_needs_no_extra_role(tmp_path: Path) -> None:
