@@ -54,4 +54,4 @@ clean:
 # The local stack end to end: submit the example grid, interrupt a spot instance midway,
 # wait for every trial and for idle instances to be reaped, print a summary (< 5 minutes).
 demo: $(STAMP)
-	$(BIN)/python -m corral.local.demo
+	$(BIN)/python -m corral.cli.demo

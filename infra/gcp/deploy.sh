@@ -21,6 +21,8 @@
 #   AGENT_IMAGE   optional: the agent image (infra/agent-image) of pools that leave
 #                 boot_disk_source_image out (CORRAL_AGENT_IMAGE)
 #   DRY_RUN=1     the same as --dry-run
+#   PYTHON        the interpreter that reads the config with Corral's loader (default python3;
+#                 it needs the project's dependencies: PYTHON=.venv/bin/python)
 # Docs: docs/gcp.md (what each step is for, and what IAM can and cannot restrict on GCE).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
         shift
         ;;
     -h | --help)
-        sed -n '2,23p' "$0"
+        sed -n '2,25p' "$0"
         exit 0
         ;;
     *)
@@ -61,6 +63,13 @@ SECRET=corral-cluster-config
 BUILD=${BUILD_DIR:-build/gcp}
 SA_DOMAIN="$PROJECT.iam.gserviceaccount.com"
 AGENT_SA="corral-agent@$SA_DOMAIN"
+PYTHON=${PYTHON:-python3}
+
+# What the pools need beyond the fixed grants of step 6 (existing disks their base_config
+# attaches, shared-VPC subnetworks), read first: an invalid config stops here, before any
+# change. The same defaults as the functions get (GOOGLE_CLOUD_PROJECT, CORRAL_ZONE, ...).
+POOL_NEEDS=$(env -u CORRAL_PROJECT GOOGLE_CLOUD_PROJECT="$PROJECT" CORRAL_ZONE="$ZONE" \
+    CORRAL_AGENT_IMAGE="$AGENT_IMAGE" "$PYTHON" infra/gcp/iam_needs.py "$CONFIG_FILE" "$NAME_PREFIX")
 
 run() {
     if [ "${DRY_RUN:-}" = "1" ]; then
@@ -152,6 +161,32 @@ run "${g[@]}" iam service-accounts add-iam-policy-binding "$AGENT_SA" \
     --member="$(sa scale-up)" --role=roles/iam.serviceAccountUser
 run "${g[@]}" projects add-iam-policy-binding "$PROJECT" --member="serviceAccount:$AGENT_SA" \
     --role=roles/logging.logWriter --condition=None
+# Each pool's own needs (infra/gcp/iam_needs.py), for scale_up, which creates the instances:
+# - an existing disk its base_config attaches (the seed's example): its name is outside the
+#   condition above, so scale_up gets a custom role holding only compute.disks.useReadOnly
+#   (a READ_ONLY attachment) or compute.disks.use, on that disk alone;
+# - a shared VPC (the seed's Compute Network User): roles/compute.networkUser on the host
+#   project's subnetwork the pool names (only that one, never the whole host project).
+while IFS=$'\t' read -r kind a b c d; do
+    case "$kind" in
+    disk) # project zone name mode
+        if [ "$d" = READ_ONLY ]; then
+            role=corralDiskReader perm=compute.disks.useReadOnly
+        else
+            role=corralDiskUser perm=compute.disks.use
+        fi
+        ensure gcloud --quiet iam roles create "$role" --project="$a" --stage=GA \
+            --title="Corral: attach an existing disk" --permissions="$perm"
+        run gcloud --quiet compute disks add-iam-policy-binding "$c" --project="$a" --zone="$b" \
+            --member="$(sa scale-up)" --role="projects/$a/roles/$role"
+        ;;
+    subnet) # host project, region, name
+        run gcloud --quiet compute networks subnets add-iam-policy-binding "$c" --project="$a" \
+            --region="$b" --member="$(sa scale-up)" --role=roles/compute.networkUser
+        ;;
+    warning) echo "deploy.sh: warning: $a" >&2 ;;
+    esac
+done <<<"$POOL_NEEDS"
 
 # ---- 7. The functions --------------------------------------------------------------------------
 # Cloud Functions wants main.py and requirements.txt at the source root: stage them.

@@ -3,6 +3,8 @@
 # (1734, 1750, 12350 SSH, 12355 GLOO rendezvous, the GLOO and NCCL port ranges, TensorBoard
 # 2600-2900), open to instances carrying the agents' network tag only. Nothing is opened to
 # the world; agents reach the API (HTTPS) through the VPC's implied allow-egress rule.
+# Corral itself uses 12355 and the two ranges; 1734, 1750, 12350 and 2600-2900 are the seeds'
+# requirements, open for trial images that use them (nothing in Corral listens there yet).
 # Idempotent: an existing rule is updated in place.
 #
 # Usage:
@@ -28,7 +30,7 @@ for arg in "$@"; do
     case "$arg" in
     --dry-run) DRY_RUN=1 ;;
     -h | --help)
-        sed -n '2,24p' "$0"
+        sed -n '2,26p' "$0"
         exit 0
         ;;
     *)

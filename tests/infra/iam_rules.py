@@ -256,6 +256,8 @@ def bindings(dry_run_output: str) -> list[Binding]:
 
 
 BASIC_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
+NETWORK_USER = "roles/compute.networkUser"
+DISK_ROLE = re.compile(r"^projects/[^/]+/roles/corralDisk(Reader|User)$")
 
 
 def gcp_problems(found: Iterable[Binding], agent_sa: str, name_prefix: str) -> list[str]:
@@ -269,8 +271,13 @@ def gcp_problems(found: Iterable[Binding], agent_sa: str, name_prefix: str) -> l
         if b.role in BASIC_ROLES or (b.role.endswith(".admin") and b.target.startswith("project")):
             problems.append(f"{where}: basic or admin role")
         prefixed = b.condition is not None and f"startsWith('{name_prefix}-')" in b.condition
-        if b.role.startswith("roles/compute.") and not prefixed:
+        # A shared VPC's one subnetwork (the seed's Compute Network User) is scoped by itself.
+        one_subnet = b.role == NETWORK_USER and b.target.startswith("compute networks subnets ")
+        if b.role.startswith("roles/compute.") and not prefixed and not one_subnet:
             problems.append(f"{where}: not conditioned on the name prefix {name_prefix}-")
+        # An existing disk a pool attaches: its custom role, on that one disk only.
+        if DISK_ROLE.search(b.role) and not b.target.startswith("compute disks "):
+            problems.append(f"{where}: a disk role beyond one disk")
         acts_as = ("roles/iam.serviceAccountUser", "roles/iam.serviceAccountTokenCreator")
         if b.role in acts_as and b.target != f"service-account {agent_sa}":
             problems.append(f"{where}: may act as accounts other than the agent's")

@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tests.infra import iam_rules
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
 DEPLOY_SH = ROOT / "infra" / "gcp" / "deploy.sh"
+GCP_CONFIG = ROOT / "tests" / "fixtures" / "gcp" / "cluster.yaml"
 IMAGE = "projects/p-1/global/images/corral-agent-20240601"
 
 
@@ -57,7 +59,8 @@ def test_every_function_gets_the_agent_image_the_loader_reads(template: dict[str
 def _dry_run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     if shutil.which("bash") is None:
         pytest.skip("bash is not installed")
-    base = {"PATH": os.environ["PATH"], "PROJECT": "p-1", "CONFIG_FILE": "/dev/null"}
+    base = {"PATH": os.environ["PATH"], "PROJECT": "p-1", "CONFIG_FILE": str(GCP_CONFIG)}
+    base["PYTHON"] = sys.executable  # deploy.sh reads the config with Corral's loader
     return subprocess.run(
         ["bash", str(DEPLOY_SH), "--dry-run", *args],
         env=base | env,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.infra.iam_rules import Binding, Statement
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
 DEPLOY_SH = ROOT / "infra" / "gcp" / "deploy.sh"
+GCP_CONFIG = ROOT / "tests" / "fixtures" / "gcp" / "cluster.yaml"
 AGENT_ROLE_ARN = "${AgentRoleArn}"  # the Fn::Sub variable scale-up's policy names
 AGENT_LOG_GROUP = [
     {"Fn::GetAtt": ["AgentLogGroup", "Arn"]},
@@ -204,13 +206,54 @@ def test_the_reader_finds_a_bad_statement_inside_fn_sub_text(template: dict[str,
 
 
 # ---- GCP -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def gcp_bindings() -> list[Binding]:
-    env = {"PATH": os.environ["PATH"], "DRY_RUN": "1", "PROJECT": "p", "CONFIG_FILE": "/dev/null"}
+def _gcp_dry_run(config: Path) -> list[Binding]:
+    env = {"PATH": os.environ["PATH"], "DRY_RUN": "1", "PROJECT": "p"}
+    # deploy.sh reads the config with Corral's loader: a valid one, and this interpreter.
+    env |= {"CONFIG_FILE": str(config), "PYTHON": sys.executable}
     out = subprocess.run(
         ["bash", str(DEPLOY_SH)], env=env, capture_output=True, text=True, check=True, timeout=60
     ).stdout
     return iam_rules.bindings(out)
+
+
+@pytest.fixture(scope="module")
+def gcp_bindings() -> list[Binding]:
+    return _gcp_dry_run(GCP_CONFIG)
+
+
+# The seeds' two scenarios that need more than the fixed grants: an existing disk attached
+# through base_config, and a shared VPC's subnetwork in its host project.
+SEED_SCENARIOS = (
+    GCP_CONFIG.read_text()
+    + """\
+      base_config:
+        disks:
+          - {mode: READ_ONLY, source: zones/us-central1-a/disks/data, autoDelete: false}
+      network_interface:
+        network: projects/host-123/global/networks/shared
+        subnetwork: projects/host-123/regions/us-central1/subnetworks/agents
+"""
+)
+
+
+def test_the_seed_scenarios_grants_keep_the_rules(tmp_path: Path) -> None:
+    config = tmp_path / "cluster.yaml"
+    config.write_text(SEED_SCENARIOS)
+
+    found = _gcp_dry_run(config)
+
+    extra = {(b.target, b.member, b.role) for b in found} - {
+        (b.target, b.member, b.role) for b in _gcp_dry_run(GCP_CONFIG)
+    }
+    assert extra == {
+        (
+            "compute disks data",
+            _sa("scale-up"),
+            "projects/corral-test-123/roles/corralDiskReader",
+        ),
+        ("compute networks subnets agents", _sa("scale-up"), "roles/compute.networkUser"),
+    }
+    assert iam_rules.gcp_problems(found, AGENT_SA, "corral-agent") == []
 
 
 AGENT_SA = "corral-agent@p.iam.gserviceaccount.com"
@@ -243,6 +286,8 @@ def test_the_api_function_has_no_compute_role(gcp_bindings: list[Binding]) -> No
         Binding("project p", _sa("scale-up"), "roles/compute.instanceAdmin.v1", None),
         Binding("project p", _sa("scale-up"), "roles/compute.instanceAdmin.v1", "title=t"),
         Binding("project p", _sa("scale-up"), "roles/iam.serviceAccountUser", None),
+        Binding("project host", _sa("scale-up"), "roles/compute.networkUser", None),
+        Binding("project p", _sa("scale-up"), "projects/p/roles/corralDiskReader", None),
         Binding(
             "service-account x@p.iam.gserviceaccount.com",
             _sa("scale-up"),

@@ -5,6 +5,7 @@ the world inbound. cfn-lint runs on network.yaml in infra/check.sh."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -192,3 +193,35 @@ def test_gcp_bad_settings_are_refused_by_name(env: dict[str, str], message: str)
     assert done.returncode == 2
     assert message in done.stderr
     assert done.stdout == ""  # nothing half-printed
+
+
+# The seeds' ports that nothing in Corral uses (docs/aws.md and docs/gcp.md say so, and why
+# they are open anyway). Should Corral start serving one of them, this fails: the docs must
+# then say what listens there.
+UNUSED_BY_CORRAL = ("1734", "1750", "12350", "2600", "2900")
+
+
+def _corral_sources() -> list[Path]:
+    roots = [ROOT / "agent_runtime", ROOT / "functions" / "corral"]
+    return [p for r in roots for p in r.rglob("*") if p.suffix in (".py", ".tmpl", ".sh")]
+
+
+def test_the_docs_say_which_opened_ports_corral_uses_and_the_code_agrees() -> None:
+    aws = (ROOT / "docs" / "aws.md").read_text()
+    gcp = (ROOT / "docs" / "gcp.md").read_text()
+    claim = "Nothing in Corral listens on 1734, 1750, 12350 or 2600-2900"
+
+    assert claim in " ".join(aws.split()) and claim in " ".join(gcp.split())
+    for row in ("| 1734, 1750 |", "| 12350 |", "| 2600-2900 |"):
+        line = next(x for x in aws.splitlines() if x.startswith(row))
+        assert line.rstrip().endswith("| nothing listens (see below) |"), line
+    using = {
+        str(path.relative_to(ROOT)): port
+        for path in _corral_sources()
+        for port in UNUSED_BY_CORRAL
+        if re.search(rf"(?<![\d.]){port}(?![\d.])", path.read_text(errors="replace"))
+    }
+    assert using == {}
+    # What Corral does use: the rendezvous port its multi-node trials get.
+    spec = (ROOT / "functions/corral/services/shared/assignment_spec.py").read_text()
+    assert "RENDEZVOUS_PORT = 12355" in spec

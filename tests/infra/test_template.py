@@ -185,10 +185,12 @@ def _ec2_grants(template: dict[str, Any], role: str) -> dict[str, list[dict[str,
     return grants
 
 
-# The seed's master permissions plus iam:PassRole, and the warm pool's stop and start (the
-# seed has no warm pool): the ceiling for every function.
+# The seed's master permissions plus iam:PassRole, the warm pool's stop and start (the
+# seed has no warm pool) and DescribeImages (the AMI's root device, where root_volume_size
+# goes): the ceiling for every function (docs/aws.md lists the same).
 WARM_POOL = {"ec2:StopInstances", "ec2:StartInstances"}
 SEED_CEILING = {
+    "ec2:DescribeImages",
     "ec2:CreateTags",
     "ec2:DescribeInstances",
     "ec2:RunInstances",
@@ -210,8 +212,10 @@ TERMINATE = {
 EXPECTED_EC2 = {
     "ApiRole": TERMINATE,  # an agent registering with too few GPUs is terminated
     "ScheduleRole": {"ec2:DescribeSpotInstanceRequests", "ec2:CancelSpotInstanceRequests"},
-    # launch; a warm start (start), which gives the instance up (terminate) when refused
+    # launch (and the image's root device); a warm start (start), which gives the instance
+    # up (terminate) when refused
     "ScaleUpRole": {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole", "ec2:StartInstances"}
+    | {"ec2:DescribeImages"}
     | TERMINATE,
     "IdleReapRole": TERMINATE | {"ec2:StopInstances"},  # parks an empty agent
     "SpotReconcileRole": TERMINATE | {"ec2:StopInstances"},  # stops again what still runs

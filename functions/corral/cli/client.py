@@ -23,20 +23,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# CliError and the exit codes live in errors.py (the signer raises it too); importers of the
+# client keep finding them here.
+from corral.cli.errors import EXIT_ERROR, EXIT_USAGE, CliError
 from corral.local.state import StateDir
 
 ENDPOINT_ENV = "CORRAL_ENDPOINT"
 TOKEN_ENV = "CORRAL_TOKEN"
-EXIT_ERROR = 1
-EXIT_USAGE = 2  # the request was refused as invalid (4xx)
 _EXECUTE_API = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
-
-
-class CliError(Exception):
-    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -218,3 +212,19 @@ def _q(value: Any) -> str:
 
 def client_from(endpoint_option: str | None) -> ApiClient:
     return ApiClient(resolve_endpoint(endpoint_option))
+
+
+# CliError and the exit codes are errors.py's, exported here too for the client's callers.
+__all__ = [
+    "ENDPOINT_ENV",
+    "EXIT_ERROR",
+    "EXIT_USAGE",
+    "TOKEN_ENV",
+    "ApiClient",
+    "CliError",
+    "Endpoint",
+    "api_path",
+    "check_url",
+    "client_from",
+    "resolve_endpoint",
+]

@@ -22,7 +22,7 @@ from rich.text import Text
 from corral.cli.client import EXIT_ERROR, CliError
 from corral.domain.text import visible
 
-# Markup stays on for callers that style their own words (``corral.local.demo``); what this
+# Markup stays on for callers that style their own words (``corral.cli.demo``); what this
 # module prints from data (API replies, ids, names, messages, paths) goes in as ``Text`` or
 # with ``markup=False``, so "[/x]" in a name is shown as typed, never parsed (or crashed on).
 # And every string from data is shown through ``visible`` (``corral.domain.text``): control

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.cli.client import CliError
+from corral.cli.errors import CliError
 
 
 class SigV4Signer:

@@ -7,6 +7,7 @@ the handlers, pollers and HTTP shim share on a small machine.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -14,11 +15,52 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 DEFAULT_REGION = "us-east-1"
 FAKE_ACCOUNT = "123456789012"  # moto's default account
+# The local cloud's agent images are the project's own (infra/agent-image, Amazon Linux
+# 2023): their root device is /dev/xvda, where a launch's root_volume_size goes.
+LOCAL_IMAGE_ROOT_DEVICE = "/dev/xvda"
+
+
+def images_file(path: Path, image_ids: Iterable[str]) -> Path:
+    """Write moto's ``MOTO_AMIS_PATH`` file: the AMIs every region of the server has.
+
+    The pools' images must exist, as in an account: a launch reads the image's root device
+    (DescribeImages) and an unknown image fails the launch. moto's RegisterImage can neither
+    choose an id nor a root device, so the server loads them from this file at start (and
+    again after a reset).
+    """
+    images = [
+        {
+            "ami_id": image_id,
+            "name": f"corral-agent-{image_id}",
+            "description": "Corral agent image (local stack)",
+            "owner_id": FAKE_ACCOUNT,
+            "public": False,
+            "state": "available",
+            "image_type": "machine",
+            "architecture": "x86_64",
+            "virtualization_type": "hvm",
+            "hypervisor": "xen",
+            "root_device_type": "ebs",
+            "root_device_name": LOCAL_IMAGE_ROOT_DEVICE,
+            "sriov": "simple",
+        }
+        for image_id in sorted(set(image_ids))
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(images, indent=1))
+    return path
+
+
+def pool_images(config: object) -> list[str]:
+    """The image ids of a cluster config's AWS pools."""
+    pools = getattr(config, "resource_pools", ())
+    found = (getattr(pool.provider, "image_id", None) for pool in pools)
+    return sorted({i for i in found if isinstance(i, str) and i})
 
 
 def free_port() -> int:
@@ -83,10 +125,15 @@ class MotoServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def start(self, env: Mapping[str, str] | None = None) -> None:
+    def start(self, env: Mapping[str, str] | None = None, images: Iterable[str] = ()) -> None:
+        """Start the server; ``images``: AMI ids it has in every region (``images_file``)."""
         child_env = {**os.environ, **(env or {})}
         # Default AMIs cost ~0.2 s per EC2 region touched and we never look them up.
         child_env.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+        wanted = list(images)
+        if wanted:
+            amis = images_file(self._log_file.parent / "moto-amis.json", wanted)
+            child_env["MOTO_AMIS_PATH"] = str(amis)
         self._log_file.parent.mkdir(parents=True, exist_ok=True)
         with self._log_file.open("ab") as log:
             self._proc = subprocess.Popen(

@@ -133,7 +133,7 @@ class DevStack:
         import boto3  # type: ignore[import-untyped]
 
         self.moto = moto_server.MotoServer(self.state.logs / "moto.log")
-        self.moto.start()
+        self.moto.start(images=moto_server.pool_images(config))
         assert self.moto.pid is not None
         self.state.add_child(self.moto.pid)
         self.aws_endpoint = self.moto.endpoint

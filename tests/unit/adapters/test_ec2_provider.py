@@ -30,6 +30,7 @@ from corral.domain.config.cluster import ClusterConfig
 from corral.domain.errors import LaunchError, LaunchErrorClass
 from corral.domain.offerings import CapacityType, Offering
 from corral.ports.cloud import CloudState, LaunchRequest, SpotRequestState
+from tests.moto_images import register_image
 
 KEY, VALUE = "managed-by", "corral-test"
 API_URL = "https://api.corral.example.com"
@@ -55,7 +56,8 @@ class Env:
         )
         subnets = self.ec2.describe_subnets()["Subnets"]
         self.subnets = [s["SubnetId"] for s in subnets[:2]]
-        self.image = self.ec2.register_image(Name="agent", RootDeviceName="/dev/sda1")["ImageId"]
+        # The root device of the project's own Amazon Linux 2023 image (Ubuntu's is /dev/sda1).
+        self.image = register_image(self.ec2, "agent", "/dev/xvda")
         self.sg = self.ec2.create_security_group(GroupName="corral", Description="agents")[
             "GroupId"
         ]
@@ -173,7 +175,7 @@ def test_on_demand_run_instances_request_is_exact(env: Env) -> None:
         ],
         "BlockDeviceMappings": [
             {
-                "DeviceName": "/dev/sda1",
+                "DeviceName": "/dev/xvda",
                 "Ebs": {"VolumeSize": 300, "VolumeType": "gp3", "DeleteOnTermination": True},
             }
         ],
@@ -188,6 +190,55 @@ def test_on_demand_run_instances_request_is_exact(env: Env) -> None:
         ],
     }
     assert "rec-1" in user_data and "https://corral.example.com" in user_data
+
+
+def test_root_volume_size_goes_to_the_images_own_root_device(env: Env) -> None:
+    """/dev/sda1 on an AL2023 image would leave its root at the image's size and attach an
+    unused 300 GB volume: the mapping names the device DescribeImages reports."""
+    ubuntu = register_image(env.ec2, "ubuntu", "/dev/sda1")
+    pools = {"al2023": env.gpu, "ubuntu": env.gpu.model_copy(update={"image_id": ubuntu})}
+    provider = Ec2Provider(pools, client=env.ec2)
+
+    for pool in ("al2023", "ubuntu"):
+        provider.launch(LaunchRequest(f"rec-{pool}", pool, gpu(env), f"rec-{pool}-a0"))
+
+    mappings = [p["BlockDeviceMappings"] for p in env.calls("RunInstances")]
+    assert [[m["DeviceName"] for m in one] for one in mappings] == [["/dev/xvda"], ["/dev/sda1"]]
+    assert all(one[0]["Ebs"]["VolumeSize"] == 300 for one in mappings)
+
+
+def test_the_root_device_is_described_once_per_image_and_region(env: Env) -> None:
+    for i in range(3):
+        env.launch(gpu(env), f"rec-{i}")
+
+    assert env.calls("DescribeImages") == [{"ImageIds": [env.image]}]
+    assert len(env.calls("RunInstances")) == 3
+
+
+def test_an_unknown_image_fails_the_record_before_run_instances(env: Env) -> None:
+    missing = env.gpu.model_copy(update={"image_id": "ami-0123456789abcdef0"})
+    provider = Ec2Provider({"gpu": missing}, client=env.ec2)
+
+    with pytest.raises(LaunchError) as caught:
+        provider.launch(LaunchRequest("rec-1", "gpu", gpu(env), "rec-1-a0"))
+
+    assert caught.value.error_class is LaunchErrorClass.INVALID_CONFIG
+    assert caught.value.code == "InvalidAMIID.NotFound"
+    assert "ami-0123456789abcdef0" in str(caught.value)
+    assert env.calls("RunInstances") == []
+
+
+def test_a_refused_describe_is_classified_and_asked_again_next_launch(env: Env) -> None:
+    inject(env.ec2, "DescribeImages", "UnauthorizedOperation")
+
+    with pytest.raises(LaunchError) as caught:
+        env.launch(gpu(env), "rec-1")
+    env.launch(gpu(env), "rec-2")
+
+    assert caught.value.error_class is LaunchErrorClass.PERMISSION
+    assert len(env.calls("DescribeImages")) == 2
+    (sent,) = env.calls("RunInstances")
+    assert sent["BlockDeviceMappings"][0]["DeviceName"] == "/dev/xvda"
 
 
 def test_spot_request_has_one_time_options_max_price_and_tagged_request(env: Env) -> None:

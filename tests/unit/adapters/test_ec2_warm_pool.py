@@ -63,7 +63,7 @@ ON_DEMAND = Offering("g5.xlarge", "us-east-1", CapacityType.ON_DEMAND, 1, 1.0)
 
 def params(offering: Offering, stoppable: bool, **extra: Any) -> dict[str, Any]:
     request = LaunchRequest("rec-1", "gpu", offering, "rec-1-a0", stoppable=stoppable)
-    return run_instances_params(block(**extra), request, "#!/bin/bash\n")
+    return run_instances_params(block(**extra), request, "#!/bin/bash\n", "/dev/sda1")
 
 
 def test_a_stoppable_spot_launch_asks_for_a_persistent_request_that_stops() -> None:

@@ -93,7 +93,7 @@ def test_clients_load_the_trimmed_models_and_botocore_for_the_rest(
     assert "ReceiveMessage" in clients.client("sqs").meta.service_model.operation_names
     assert "DeleteTable" in clients.client("dynamodb").meta.service_model.operation_names
     # What a trimmed client leaves out, it does not have.
-    assert not hasattr(clients.client("ec2"), "describe_images")
+    assert not hasattr(clients.client("ec2"), "describe_volumes")
 
 
 def test_a_data_path_of_the_environment_is_searched_after_the_trimmed_models(

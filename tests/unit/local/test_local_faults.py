@@ -10,6 +10,7 @@ from corral.local import faults
 from corral.local.faults import FaultError, OfferingMatch
 from corral.local.state import StateDir
 from tests.moto_env import use_moto_env
+from tests.moto_images import register_image
 
 SPOT = {"InstanceType": "g5.xlarge", "InstanceMarketOptions": {"MarketType": "spot"}}
 
@@ -81,6 +82,7 @@ def test_the_handlers_launches_meet_the_capacity_faults(
 ) -> None:
     # The stack's handlers launch through an EC2 provider made without a client (as
     # composition makes it): its client comes from the adapters' own session.
+    import boto3
     from moto import mock_aws
 
     from corral.adapters.aws.ec2_provider import Ec2Provider
@@ -94,8 +96,9 @@ def test_the_handlers_launches_meet_the_capacity_faults(
     faults.set_unavailable(state, "g5.xlarge:spot")
     with mock_aws():
         faults.install_handler_capacity_faults(state)
+        image = register_image(boto3.client("ec2", region_name="us-east-1"), "agent")
         block = AwsProvider.model_validate(
-            {"type": "aws", "region": "us-east-1", "image_id": "ami-12345678", "spot": True}
+            {"type": "aws", "region": "us-east-1", "image_id": image, "spot": True}
         )
         provider = Ec2Provider({"gpu": block}, api_url="https://a")
         spot = Offering("g5.xlarge", "us-east-1", CapacityType.SPOT, 1, 0.4)

@@ -36,9 +36,6 @@ from corral.ports.cloud import LaunchRequest
 USER_DATA_LIMIT = 16 * 1024
 # EC2 ClientToken: at most 64 ASCII characters.
 CLIENT_TOKEN_LIMIT = 64
-# The root device of the agent AMIs (Deep Learning AMIs / Ubuntu, and what Determined uses).
-# Reading it from the AMI would need ec2:DescribeImages, which the seed's IAM list lacks.
-ROOT_DEVICE = "/dev/sda1"
 # IMDSv2 only (no token-less metadata reads), and instance tags readable from IMDS so the
 # agent learns its pool and record without ec2:DescribeTags.
 METADATA_OPTIONS = {
@@ -82,16 +79,27 @@ def subnet_for(provider: AwsProvider, location: str) -> str | None:
     )
 
 
-def run_instances_params(
-    provider: AwsProvider, request: LaunchRequest, user_data: str
-) -> dict[str, Any]:
-    """The complete RunInstances input for one launch attempt."""
+def check_user_data(user_data: str) -> None:
+    """Refuse user data EC2 would refuse (an invalid config), before any EC2 call."""
     check_script_size(
         user_data,
         USER_DATA_LIMIT,
         "UserDataTooLarge",
         f"user data is {{size}} bytes, EC2 allows {USER_DATA_LIMIT}",
     )
+
+
+def run_instances_params(
+    provider: AwsProvider, request: LaunchRequest, user_data: str, root_device: str
+) -> dict[str, Any]:
+    """The complete RunInstances input for one launch attempt.
+
+    ``root_device``: the image's ``RootDeviceName`` (``/dev/xvda`` on Amazon Linux,
+    ``/dev/sda1`` on Ubuntu and the Deep Learning AMIs). ``root_volume_size`` applies to the
+    mapping of that device; a mapping of any other name adds a second, unused volume and
+    leaves the root at the image's size.
+    """
+    check_user_data(user_data)
     offering = request.offering
     tags = resource_tags(provider, request)
     resource_types = ["instance", "volume", "network-interface"]
@@ -116,7 +124,7 @@ def run_instances_params(
         "NetworkInterfaces": [nic],
         "BlockDeviceMappings": [
             {
-                "DeviceName": ROOT_DEVICE,
+                "DeviceName": root_device,
                 "Ebs": {
                     "VolumeSize": provider.root_volume_size,
                     "VolumeType": "gp3",

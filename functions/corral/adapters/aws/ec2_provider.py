@@ -12,6 +12,9 @@ stop a one-time one). Terminating such an instance reopens its request and EC2 l
 replacement, so ``terminate`` first cancels the request behind each spot instance it is
 about to terminate (the id comes from the same describe).
 
+A launch maps ``root_volume_size`` to the image's own root device, read with DescribeImages
+once per (region, image) for the life of the provider (a warm Lambda container keeps it).
+
 boto3/botocore are imported lazily: building a provider or importing this module costs
 nothing until the first EC2 call.
 """
@@ -24,7 +27,12 @@ from datetime import datetime
 from typing import Any
 
 from corral.adapters.aws.ec2_errors import launch_error, launch_error_from
-from corral.adapters.aws.ec2_params import render_user_data, run_instances_params
+from corral.adapters.aws.ec2_images import RootDevices
+from corral.adapters.aws.ec2_params import (
+    check_user_data,
+    render_user_data,
+    run_instances_params,
+)
 from corral.adapters.aws.ec2_states import EC2_STATES
 from corral.adapters.provider_pools import cloud_pools
 from corral.domain.config.aws import AwsProvider
@@ -139,6 +147,7 @@ class Ec2Provider:
         self._clients: dict[str, Any] = {}
         self._clock: Clock = clock or SystemClock()
         self._user_data = user_data or self._default_user_data
+        self._root_devices = RootDevices(self._ec2)
 
     # ---- the port -------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> LaunchResult:
@@ -147,7 +156,11 @@ class Ec2Provider:
             raise LaunchError(
                 LaunchErrorClass.INVALID_CONFIG, "UnknownPool", f"no AWS pool {request.pool!r}"
             )
-        params = run_instances_params(provider, request, self._user_data(request))
+        user_data = self._user_data(request)
+        check_user_data(user_data)
+        with _launch_errors():
+            root_device = self._root_devices.of(provider.region, provider.image_id)
+        params = run_instances_params(provider, request, user_data, root_device)
         with _launch_errors():
             response = self._ec2(provider.region).run_instances(**params)
         instance = response["Instances"][0]

@@ -4,7 +4,7 @@ Corral calls.
 Why: a boto3 client parses its service's whole model when it is created. EC2's has 4,400
 shapes (about 0.05 s on a fast machine, 0.15 s on a slow one: more than ``import boto3``),
 SSM's 1,360 (0.01 to 0.03 s), and every cold start of a function that creates one of those
-clients pays for it. Corral calls seven EC2 operations and one of SSM's. ``models/`` holds
+clients pays for it. Corral calls eight EC2 operations and one of SSM's. ``models/`` holds
 those two services reduced to the operations in :data:`OPERATIONS` and the shapes they reach
 (documentation dropped), written by this module from botocore's files:
 
@@ -38,6 +38,7 @@ MODELS_DIR = Path(__file__).resolve().parent / "models"
 OPERATIONS: Mapping[str, tuple[str, ...]] = {
     "ec2": (
         "CancelSpotInstanceRequests",
+        "DescribeImages",
         "DescribeInstances",
         "DescribeSpotInstanceRequests",
         "RunInstances",
