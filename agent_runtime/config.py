@@ -29,6 +29,38 @@ AuthMode = Literal["dev", "gce", "aws"]
 CloudKind = Literal["ec2", "gce", "dev"]
 
 
+class ImageMap(BaseModel):
+    """Images by trial kind (Determined's ``{cpu: ..., gpu: ...}``)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cpu: str | None = None
+    gpu: str | None = None
+
+    def pick(self, gpus: bool) -> str | None:
+        return (self.gpu or self.cpu) if gpus else (self.cpu or self.gpu)
+
+
+class RegistryAuth(BaseModel):
+    """Credentials for pulling trial images (Docker's ``AuthConfig``); never logged."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    username: str | None = None
+    password: SecretStr | None = None
+    serveraddress: str | None = None
+    email: str | None = None
+
+    def docker_auth(self) -> dict[str, str]:
+        out = {
+            "username": self.username,
+            "password": self.password.get_secret_value() if self.password else None,
+            "serveraddress": self.serveraddress,
+            "email": self.email,
+        }
+        return {k: v for k, v in out.items() if v is not None}
+
+
 class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -72,8 +104,15 @@ class AgentConfig(BaseModel):
     executor: Literal["docker", "process", "auto"] = "auto"
     agent_docker_network: str | None = "corral"
     agent_docker_runtime: str | None = None
-    default_trial_image: str | None = None
-    container_startup_script: str | None = None
+    default_trial_image: str | ImageMap | None = Field(
+        default=None, description="A name, or {cpu, gpu}: picked by whether the trial has GPUs"
+    )
+    registry_auth: RegistryAuth | None = Field(
+        default=None, description="Pulls of trials whose assignment carries no credentials"
+    )
+    container_startup_script: str | None = Field(
+        default=None, description="Run on the host once, before the first image pull"
+    )
     http_proxy: str | None = None
     https_proxy: str | None = None
     no_proxy: str | None = None
@@ -88,7 +127,9 @@ class AgentConfig(BaseModel):
     interruption_margin_s: float = Field(
         default=10.0, ge=0, description="Kept back from the notice to report and flush logs"
     )
-    rebalance_action: Literal["preempt", "drain", "ignore"] = "preempt"
+    # A recommendation is often not followed by an interruption, and one that is brings its
+    # own notice: stopping every trial on it cost more than it saved (docs/configuration.md).
+    rebalance_action: Literal["preempt", "drain", "ignore"] = "drain"
     # --- logs and metrics ----------------------------------------------------------------
     log_flush_interval_s: float = Field(default=1.0, gt=0)
     cloudwatch_log_group: str | None = None
@@ -165,6 +206,10 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
         if "list" in str(info.annotation):
             # Lists (shutdown_command) come as JSON; a bare string is one shell command.
             out[name] = json.loads(raw) if raw.lstrip().startswith("[") else ["sh", "-c", raw]
+        elif raw.lstrip().startswith("{") and (
+            "Map" in str(info.annotation) or "Auth" in str(info.annotation)
+        ):
+            out[name] = json.loads(raw)  # an image map, registry credentials
         elif raw == "" and info.default is None:
             out[name] = None
         else:
