@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from corral.protocol.agent import RegistryAuth
 from corral.protocol.port_ranges import parse_port_range
 
 log = logging.getLogger(__name__)
@@ -39,26 +40,6 @@ class ImageMap(BaseModel):
 
     def pick(self, gpus: bool) -> str | None:
         return (self.gpu or self.cpu) if gpus else (self.cpu or self.gpu)
-
-
-class RegistryAuth(BaseModel):
-    """Credentials for pulling trial images (Docker's ``AuthConfig``); never logged."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    username: str | None = None
-    password: SecretStr | None = None
-    serveraddress: str | None = None
-    email: str | None = None
-
-    def docker_auth(self) -> dict[str, str]:
-        out = {
-            "username": self.username,
-            "password": self.password.get_secret_value() if self.password else None,
-            "serveraddress": self.serveraddress,
-            "email": self.email,
-        }
-        return {k: v for k, v in out.items() if v is not None}
 
 
 class AgentConfig(BaseModel):
@@ -101,6 +82,9 @@ class AgentConfig(BaseModel):
     expected_gpus: int | None = Field(default=None, ge=0, description="What the type promises")
     # --- trials --------------------------------------------------------------------------
     work_dir: Path = Path("/var/lib/corral")
+    run_dir: Path = Field(
+        default=Path("/run/corral"), description="Emptied at boot: what ran once this boot"
+    )
     executor: Literal["docker", "process", "auto"] = "auto"
     agent_docker_network: str | None = "corral"
     agent_docker_runtime: str | None = None

@@ -125,7 +125,7 @@ def experiment_lines(config: ExperimentConfig) -> list[str]:
 
 
 def command_lines(config: CommandConfig) -> list[str]:
-    image = config.image or "the agent's default image"
+    image = config.trial_image() or "the pool's default image"
     return [
         f"command: {_plural(config.resources.slots_per_trial, 'slot')}, {image}, "
         f"{_plural(len(config.bind_mounts), 'bind mount')}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from corral.domain.images import DEFAULT_IMAGE_CPU, DEFAULT_IMAGE_GPU
 from corral.domain.offerings import Offering
 
 
@@ -91,6 +92,11 @@ class PoolPolicy(Protocol):
         """Every offering the pool may launch (spot ones first when the pool uses spot)."""
         ...
 
+    def default_image(self, gpus: bool) -> str:
+        """The image of a trial (with GPUs or not) whose config names none: the pool's
+        ``task_container_defaults.image``, else Corral's default."""
+        ...
+
 
 @dataclass(frozen=True)
 class StaticPool:
@@ -122,3 +128,6 @@ class StaticPool:
 
     def offerings(self) -> list[Offering]:
         return list(self.offering_list)
+
+    def default_image(self, gpus: bool) -> str:
+        return DEFAULT_IMAGE_GPU if gpus else DEFAULT_IMAGE_CPU

@@ -117,7 +117,7 @@ def test_experiment_and_command_kinds() -> None:
     ]
     code, out, _ = run(str(EXAMPLES / "command.yaml"), "--kind", "command")
     assert code == 0
-    assert out == ["ok", "command: 1 slot, the agent's default image, 1 bind mount"]
+    assert out == ["ok", "command: 1 slot, the pool's default image, 1 bind mount"]
 
 
 def test_wrong_kind_reports_problems() -> None:

@@ -171,6 +171,9 @@ class ResourcePool(FrozenModel):
         terminated, stopped in a warm pool or not."""
         return self.provider.disk_hourly_usd
 
+    def default_image(self, gpus: bool) -> str:
+        return self.provider.task_defaults.default_image(gpus)
+
     @property
     def max_slots_per_instance(self) -> int:
         return max((o.slots for o in self.offerings()), default=0)

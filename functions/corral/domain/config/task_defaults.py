@@ -17,22 +17,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_serializer
 
 from corral.domain.config.errors import field_error
+from corral.domain.images import DEFAULT_IMAGE_CPU, DEFAULT_IMAGE_GPU
 from corral.protocol.port_ranges import parse_port_range
 
 # The keys Corral reads; Determined's others are ignored on import.
 PORT_RANGE_KEYS = ("gloo_port_range", "nccl_port_range")
 KEPT_KEYS = (*PORT_RANGE_KEYS, "image", "registry_auth")
-
-# Trials that name no image, in a cluster that sets none, run in this one (Determined's default
-# is its own environment image, which carries Determined's harness). A public image with CUDA,
-# cuDNN, Python and PyTorch, as most trials need, from Docker Hub (no registry login), pinned to
-# a tag so a trial runs in the same image next month; the CPU variant is the same PyTorch build
-# without CUDA (a third of the size) for trials with no GPU.
-DEFAULT_IMAGE_GPU = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
-DEFAULT_IMAGE_CPU = "python:3.11-slim"
 
 
 def _port_range(value: object) -> object:
@@ -79,7 +72,9 @@ def _image(value: object) -> object:
     if isinstance(value, dict):
         return ImageMap._cuda(value)
     if isinstance(value, str) and (not value.strip() or "\0" in value):
-        raise field_error("must not be empty" if not value.strip() else "must not contain NUL")
+        raise field_error(
+            "must not be empty" if not value.strip() else "must not contain a NUL character"
+        )
     return value
 
 
@@ -115,6 +110,12 @@ class RegistryAuth(BaseModel):
     """Registry host, e.g. `123456789012.dkr.ecr.us-east-1.amazonaws.com`; none: Docker Hub."""
     email: str | None = None
     """Accepted for Determined compatibility; registries ignore it."""
+
+    # Stored with its experiment (the agent needs it); masked by repr, and by the API
+    # (corral.api.views) and events, which never show a stored config's password.
+    @field_serializer("password", when_used="json")
+    def _clear(self, value: SecretStr | None) -> str | None:
+        return value.get_secret_value() if value is not None else None
 
     def docker_auth(self) -> dict[str, Any]:
         """The ``auth_config`` the Docker SDK's pull takes, secret in the clear."""
