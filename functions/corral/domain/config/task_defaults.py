@@ -52,6 +52,8 @@ class ImageMap(BaseModel):
     """Image of trials with no GPU (`slots_per_trial: 0`)."""
     gpu: Annotated[str, Field(min_length=1)] | None = None
     """Image of trials with GPUs (`cuda` is accepted for it)."""
+    rocm: str | None = None
+    """Determined's image for AMD GPUs: accepted, not used (Corral's agents drive NVIDIA GPUs)."""
 
     @classmethod
     def _cuda(cls, value: object) -> object:
