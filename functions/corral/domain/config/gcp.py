@@ -247,7 +247,7 @@ class GcpProvider(CommonProvider):
     """A zero-GPU shape offers one CPU slot (for CPU-only trials)."""
     agent_settings: AgentSettings = AgentSettings()
     """Settings of the agents on this pool's instances (proxies, POSIX user, stop and interruption
-    timing), delivered in the `startup-script` metadata (table below)."""
+    timing), delivered in the `startup-script` metadata (rows below; see Agent settings)."""
 
     @field_validator("boot_disk_source_image")
     @classmethod
