@@ -45,7 +45,8 @@ resource_pools:
       network_tags: [corral-agent]
       service_account: {email: corral-agent@my-project-1.iam.gserviceaccount.com}
       instance_type: {machine_type: n1-standard-8, gpu_type: nvidia-tesla-t4, gpu_num: 1}
-      agent_settings: {https_proxy: "https://proxy.corp.example:3129", run_as_uid: 0}
+      agent_settings: {https_proxy: "https://proxy.corp.example:3129", run_as_uid: 0,
+                       agent_wheel_url: "https://cp.example.com/corral-1.0-py3-none-any.whl"}
 """
 # What the stack passes every function (infra/template.yaml's globals).
 DEPLOYMENT = {
@@ -54,9 +55,11 @@ DEPLOYMENT = {
 }
 
 
-def _agent_config(script: str, root: Path) -> AgentConfig:
+def _agent_config(script: str, root: Path, installs: str | None = None) -> AgentConfig:
     done = run_bootstrap(script, root)
     assert done.returncode == 0, done.stderr.decode()
+    if installs is not None:  # the bootstrap installs the agent from the pool's wheel
+        assert f"pip install --quiet corral[agent] @ {installs}" in done.stdout.decode()
     return load_config(root / "etc/corral/agent.yaml", environ={})
 
 
@@ -95,7 +98,7 @@ def test_unset_settings_leave_the_agents_defaults(tmp_path: Path) -> None:
     request = LaunchRequest("rec-2", "gcp", pool.offerings()[0], "rec-2-a0")
     script = render_startup_script(pool.provider, request, "https://api.example.com")
 
-    config = _agent_config(script, tmp_path)
+    config = _agent_config(script, tmp_path, "https://cp.example.com/corral-1.0-py3-none-any.whl")
 
     assert config.https_proxy == "https://proxy.corp.example:3129" and config.http_proxy is None
     assert config.run_as_uid == 0 and config.run_as_gid is None
