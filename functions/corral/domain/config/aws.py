@@ -172,7 +172,8 @@ class AwsProvider(CommonProvider):
     trial), with a warning saying so."""
     agent_settings: AwsAgentSettings = AwsAgentSettings()
     """Settings of the agents on this pool's instances (proxies, POSIX user, stop and interruption
-    timing, rebalance recommendations, GPU metrics), delivered in the user data (rows below; see Agent settings)."""
+    timing, rebalance recommendations, GPU metrics), delivered in the user data (rows below; see
+    Agent settings)."""
 
     @field_validator("tag_key")
     @classmethod
