@@ -21,6 +21,10 @@ resource_pools:
     provider: {type: aws, region: us-east-1, image_id: ami-0123456789abcdef0,
                instance_type: [g5.xlarge, c5.xlarge], cpu_slots_allowed: true,
                iam_instance_profile_arn: "arn:aws:iam::123456789012:instance-profile/a"}
+  - name: cpu
+    provider: {type: aws, region: us-east-1, image_id: ami-0123456789abcdef0,
+               instance_type: c5.xlarge, cpu_slots_allowed: true,
+               iam_instance_profile_arn: "arn:aws:iam::123456789012:instance-profile/a"}
   - name: own
     task_container_defaults: {image: "pool/own:2"}
     provider: {type: aws, region: us-east-1, image_id: ami-0123456789abcdef0,
@@ -47,6 +51,11 @@ def test_a_trial_without_image_gets_corrals_default() -> None:
         ({}, "cluster/gpu:1"),  # the cluster's block, GPU trials
         ({"resources": {"slots_per_trial": 0}}, "cluster/cpu:1"),  # ...and CPU trials
         ({"resources": {"resource_pool": "own"}}, "pool/own:2"),  # the pool's block wins
+        ({"resources": {"resource_pool": "cpu"}}, "cluster/cpu:1"),  # a CPU slot is no GPU
+        (
+            {"image": {"cpu": "c:1", "gpu": "g:1"}, "resources": {"resource_pool": "cpu"}},
+            "c:1",
+        ),
         ({"image": "mine:3"}, "mine:3"),  # the experiment's own wins
         ({"image": {"cpu": "c:1", "gpu": "g:1"}}, "g:1"),  # Determined's map
         (

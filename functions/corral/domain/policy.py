@@ -92,6 +92,11 @@ class PoolPolicy(Protocol):
         """Every offering the pool may launch (spot ones first when the pool uses spot)."""
         ...
 
+    @property
+    def gpu_slots(self) -> bool:
+        """Its slots are GPUs (False: a pool of zero-GPU types whose slots are CPUs)."""
+        ...
+
     def default_image(self, gpus: bool) -> str:
         """The image of a trial (with GPUs or not) whose config names none: the pool's
         ``task_container_defaults.image``, else Corral's default."""
@@ -121,6 +126,7 @@ class StaticPool:
     warm_pool_size: int = 0
     max_stopped_s: float = 72 * 3600.0
     disk_hourly_usd: float = 0.0
+    gpu_slots: bool = True
 
     @property
     def on_demand_fallback_after_s(self) -> float | None:

@@ -131,8 +131,9 @@ def with_image(config: ExperimentConfig, pool: PoolPolicy) -> ExperimentConfig:
     record names it: its own (a ``{cpu, gpu}`` map picked by whether its trials have GPUs),
     else the pool's ``task_container_defaults.image``, else Corral's default. Determined
     applies its default the same way, when the experiment is created."""
-    gpus = config.resources.slots_per_trial > 0
-    image = config.trial_image() or pool.default_image(gpus)
+    # A slot of a pool of zero-GPU types (cpu_slots_allowed) is a CPU slot.
+    gpus = pool.gpu_slots and config.resources.slots_per_trial > 0
+    image = config.trial_image(pool.gpu_slots) or pool.default_image(gpus)
     if image == config.image and config.environment.image in (None, image):
         return config
     environment = config.environment.model_copy(update={"image": None})

@@ -236,11 +236,19 @@ class AwsProvider(CommonProvider):
         in one pool, a single override cannot be right for all of them. A zero-GPU instance
         offers one CPU slot when ``cpu_slots_allowed`` is set.
         """
-        entry = catalog.lookup_aws(instance_type)
-        gpus = entry.gpus if entry is not None else (self.instance_slots or 0)
+        gpus = self._gpus(instance_type)
         if gpus == 0 and self.cpu_slots_allowed:
             return 1
         return gpus
+
+    def _gpus(self, instance_type: str) -> int:
+        entry = catalog.lookup_aws(instance_type)
+        return entry.gpus if entry is not None else (self.instance_slots or 0)
+
+    @property
+    def has_gpus(self) -> bool:
+        """Some instance type of the pool has GPUs (else its slots are CPU slots)."""
+        return any(self._gpus(t) > 0 for t in self.instance_type)
 
     def hourly_price(self, instance_type: str, capacity: CapacityType) -> float:
         entry = catalog.lookup_aws(instance_type)

@@ -175,6 +175,15 @@ class ResourcePool(FrozenModel):
         return self.provider.task_defaults.default_image(gpus)
 
     @property
+    def gpu_slots(self) -> bool:
+        """Some instance type of the pool has GPUs (else its slots are CPU slots)."""
+        return self._gpu_slots
+
+    @cached_property
+    def _gpu_slots(self) -> bool:
+        return self.provider.has_gpus
+
+    @property
     def max_slots_per_instance(self) -> int:
         return max((o.slots for o in self.offerings()), default=0)
 

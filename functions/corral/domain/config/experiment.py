@@ -307,10 +307,11 @@ class _JobConfig(FrozenModel):
     def priority(self) -> int:
         return self.resources.priority
 
-    def trial_image(self) -> str | None:
+    def trial_image(self, gpu_slots: bool = True) -> str | None:
         """The one image this job's trials run in, if it names one: a map's ``gpu`` entry when
-        its trials have GPUs, else its ``cpu`` entry."""
-        return image_for(self.image, self.resources.slots_per_trial > 0)
+        its trials have GPUs (slots, in a pool whose slots are GPUs: ``gpu_slots``), else its
+        ``cpu`` entry."""
+        return image_for(self.image, gpu_slots and self.resources.slots_per_trial > 0)
 
 
 class ExperimentConfig(_JobConfig):

@@ -312,6 +312,11 @@ class GcpProvider(CommonProvider):
                 return entry
         raise KeyError(offering_name)
 
+    @property
+    def has_gpus(self) -> bool:
+        """Some shape of the pool has GPUs (else its slots are CPU slots)."""
+        return any(entry.gpus > 0 for entry in self.instance_type)
+
     def slots_for(self, entry: GcpInstanceType) -> int:
         """GPUs of one shape; a zero-GPU shape offers one CPU slot with ``cpu_slots_allowed``."""
         if entry.gpus == 0 and self.cpu_slots_allowed:

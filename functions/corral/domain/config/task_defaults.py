@@ -49,7 +49,7 @@ class ImageMap(BaseModel):
     model_config = _CONFIG
 
     cpu: Annotated[str, Field(min_length=1)] | None = None
-    """Image of trials with no GPU (`slots_per_trial: 0`)."""
+    """Image of trials with no GPU (`slots_per_trial: 0`, or in a pool of zero-GPU types)."""
     gpu: Annotated[str, Field(min_length=1)] | None = None
     """Image of trials with GPUs (`cuda` is accepted for it)."""
     rocm: str | None = None
