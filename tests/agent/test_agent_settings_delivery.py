@@ -1,14 +1,21 @@
 """A pool's agent settings reach the agent only the way they would on a cloud: the cluster
-config is loaded with the deployment's defaults, the launch's user data is rendered by the
-function scale_up's EC2 provider calls, the script runs (dry, in a scratch root), and the
-agent.yaml it wrote is read by the agent's own config loader."""
+config is loaded with the deployment's defaults, the EC2 provider scale_up uses launches an
+instance (in moto) and the user data EC2 kept is read back, the script runs (dry, in a scratch
+root), and the agent.yaml it wrote is read by the agent's own config loader."""
 
 from __future__ import annotations
 
+import base64
+import os
 from pathlib import Path
+from unittest import mock
+
+import boto3
+from moto import mock_aws
 
 from agent_runtime.config import AgentConfig, ImageMap, load_config
 from corral.adapters.aws.ec2_params import render_user_data
+from corral.adapters.aws.ec2_provider import Ec2Provider
 from corral.adapters.gcp.gce_params import render_startup_script
 from corral.domain.config import AwsProvider, GcpProvider, defaults_from_env, load_cluster_config
 from corral.ports.cloud import LaunchRequest
@@ -22,7 +29,7 @@ resource_pools:
     provider:
       type: aws
       region: us-east-1
-      image_id: ami-0123456789abcdef0
+      image_id: IMAGE
       instance_type: g5.xlarge
       spot: true
       agent_settings:
@@ -63,12 +70,39 @@ def _agent_config(script: str, root: Path, installs: str | None = None) -> Agent
     return load_config(root / "etc/corral/agent.yaml", environ={})
 
 
+def _launched_user_data(cluster: str, pool_name: str) -> str:
+    """Launch one instance of ``pool_name`` as scale_up does, in moto; the user data EC2 keeps."""
+    env = {
+        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    with mock.patch.dict(os.environ, env), mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        iam = boto3.client("iam", region_name="us-east-1")
+        iam.create_instance_profile(InstanceProfileName="corral-agent")  # the stack's
+        image = ec2.register_image(Name="agent", RootDeviceName="/dev/xvda")["ImageId"]
+        text = cluster.replace("IMAGE", image)
+        loaded = load_cluster_config(text, defaults_from_env(DEPLOYMENT))
+        pool = loaded.config.pool(pool_name)
+        assert isinstance(pool.provider, AwsProvider)
+        provider = Ec2Provider(
+            {pool_name: pool.provider}, client=ec2, api_url="https://api.example.com"
+        )
+        offering = pool.offerings()[0]
+        launched = provider.launch(LaunchRequest("rec-1", pool_name, offering, "rec-1-a0"))
+        assert launched.cloud_id is not None
+        # The instance carries the stack's instance profile the pool left out (it signs with it).
+        (reservation,) = ec2.describe_instances(InstanceIds=[launched.cloud_id])["Reservations"]
+        profile = reservation["Instances"][0]["IamInstanceProfile"]["Arn"]
+        assert profile == DEPLOYMENT["CORRAL_AGENT_INSTANCE_PROFILE_ARN"]
+        found = ec2.describe_instance_attribute(InstanceId=launched.cloud_id, Attribute="userData")
+        return base64.b64decode(found["UserData"]["Value"]).decode()
+
+
 def test_aws_pool_settings_reach_the_agents_parsed_config(tmp_path: Path) -> None:
-    loaded = load_cluster_config(CLUSTER, defaults_from_env(DEPLOYMENT))
-    pool = loaded.config.pool("gpus")
-    assert isinstance(pool.provider, AwsProvider)
-    request = LaunchRequest("rec-1", "gpus", pool.offerings()[0], "rec-1-a0")
-    script = render_user_data(pool.provider, request, "https://api.example.com")
+    script = _launched_user_data(CLUSTER, "gpus")
 
     config = _agent_config(script, tmp_path)
 
@@ -92,7 +126,7 @@ def test_aws_pool_settings_reach_the_agents_parsed_config(tmp_path: Path) -> Non
 
 
 def test_unset_settings_leave_the_agents_defaults(tmp_path: Path) -> None:
-    loaded = load_cluster_config(CLUSTER)  # no deployment: no metrics namespace
+    loaded = load_cluster_config(CLUSTER.replace("IMAGE", "ami-0123456789abcdef0"))
     pool = loaded.config.pool("gcp")
     assert isinstance(pool.provider, GcpProvider)
     request = LaunchRequest("rec-2", "gcp", pool.offerings()[0], "rec-2-a0")
