@@ -57,6 +57,7 @@ def test_a_trial_without_image_gets_corrals_default() -> None:
             "c:1",
         ),
         ({"image": "mine:3"}, "mine:3"),  # the experiment's own wins
+        ({"image": {"cpu": "c:1"}}, "cluster/gpu:1"),  # a map's missing entry: the default's
         ({"image": {"cpu": "c:1", "gpu": "g:1"}}, "g:1"),  # Determined's map
         (
             {

@@ -67,7 +67,9 @@ class ImageMap(BaseModel):
         return value
 
     def pick(self, gpus: bool) -> str | None:
-        return (self.gpu or self.cpu) if gpus else (self.cpu or self.gpu)
+        """The entry for the trial's kind; None when the map leaves it out, so the next
+        default applies (Determined fills a map's missing entry from the defaults)."""
+        return self.gpu if gpus else self.cpu
 
 
 def _image(value: object) -> object:
