@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from corral.protocol.agent import RegistryAuth
 from corral.protocol.port_ranges import parse_port_range
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,18 @@ DEFAULT_PATH = Path("/etc/corral/agent.yaml")
 
 AuthMode = Literal["dev", "gce", "aws"]
 CloudKind = Literal["ec2", "gce", "dev"]
+
+
+class ImageMap(BaseModel):
+    """Images by trial kind (Determined's ``{cpu: ..., gpu: ...}``)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cpu: str | None = None
+    gpu: str | None = None
+
+    def pick(self, gpus: bool) -> str | None:
+        return (self.gpu or self.cpu) if gpus else (self.cpu or self.gpu)
 
 
 class AgentConfig(BaseModel):
@@ -69,11 +82,21 @@ class AgentConfig(BaseModel):
     expected_gpus: int | None = Field(default=None, ge=0, description="What the type promises")
     # --- trials --------------------------------------------------------------------------
     work_dir: Path = Path("/var/lib/corral")
+    run_dir: Path = Field(
+        default=Path("/run/corral"), description="Emptied at boot: what ran once this boot"
+    )
     executor: Literal["docker", "process", "auto"] = "auto"
     agent_docker_network: str | None = "corral"
     agent_docker_runtime: str | None = None
-    default_trial_image: str | None = None
-    container_startup_script: str | None = None
+    default_trial_image: str | ImageMap | None = Field(
+        default=None, description="A name, or {cpu, gpu}: picked by whether the trial has GPUs"
+    )
+    registry_auth: RegistryAuth | None = Field(
+        default=None, description="Pulls of trials whose assignment carries no credentials"
+    )
+    container_startup_script: str | None = Field(
+        default=None, description="Run on the host once, before the first image pull"
+    )
     http_proxy: str | None = None
     https_proxy: str | None = None
     no_proxy: str | None = None
@@ -88,7 +111,9 @@ class AgentConfig(BaseModel):
     interruption_margin_s: float = Field(
         default=10.0, ge=0, description="Kept back from the notice to report and flush logs"
     )
-    rebalance_action: Literal["preempt", "drain", "ignore"] = "preempt"
+    # A recommendation is often not followed by an interruption, and one that is brings its
+    # own notice: stopping every trial on it cost more than it saved (docs/configuration.md).
+    rebalance_action: Literal["preempt", "drain", "ignore"] = "drain"
     # --- logs and metrics ----------------------------------------------------------------
     log_flush_interval_s: float = Field(default=1.0, gt=0)
     cloudwatch_log_group: str | None = None
@@ -165,6 +190,10 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
         if "list" in str(info.annotation):
             # Lists (shutdown_command) come as JSON; a bare string is one shell command.
             out[name] = json.loads(raw) if raw.lstrip().startswith("[") else ["sh", "-c", raw]
+        elif raw.lstrip().startswith("{") and (
+            "Map" in str(info.annotation) or "Auth" in str(info.annotation)
+        ):
+            out[name] = json.loads(raw)  # an image map, registry credentials
         elif raw == "" and info.default is None:
             out[name] = None
         else:

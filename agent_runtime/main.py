@@ -22,6 +22,7 @@ from agent_runtime.deadman import Runner
 from agent_runtime.executors import Executor, make_executor
 from agent_runtime.gpus import GpuDetectionError, Unhealthy, check_expected, detect_gpus
 from agent_runtime.identity import InstanceIdentity, MetadataSource, metadata_source
+from agent_runtime.startup import run_container_startup_script
 
 log = logging.getLogger("agent_runtime")
 
@@ -80,6 +81,9 @@ def build_agent(
     if problem is None:
         try:
             check_expected(gpus, config.expected_gpus)
+            # On the host, before the executor's Docker client reads the registry config the
+            # script may write (a credential helper): agent_runtime/startup.py.
+            run_container_startup_script(config)
         except Unhealthy as exc:
             problem = exc
     client = ControlPlaneClient(

@@ -9,14 +9,7 @@ import threading
 from pathlib import Path
 
 from agent_runtime.config import AgentConfig
-from agent_runtime.executors import (
-    STARTUP_SCRIPT_ENV,
-    Executor,
-    LaunchSpec,
-    LineSink,
-    TrialHandle,
-    wrap_entrypoint,
-)
+from agent_runtime.executors import Executor, LaunchSpec, LineSink, TrialHandle
 from agent_runtime.trial_env import checkpoint_dir, read_latest, trial_env
 from corral.protocol.agent import AgentTrialState, TrialAssignment, TrialStatus
 
@@ -45,13 +38,11 @@ def launch_spec(
         gloo_port_range=config.gloo_port_range,
         nccl_port_range=config.nccl_port_range,
     )
-    if config.container_startup_script:
-        env[STARTUP_SCRIPT_ENV] = config.container_startup_script
     return LaunchSpec(
         trial_id=a.trial_id,
         experiment_id=a.experiment_id,
         agent_id=agent_id,
-        command=wrap_entrypoint(a.entrypoint, config.container_startup_script),
+        command=list(a.entrypoint),
         env=env,
         gpus=list(a.gpus),
         work_dir=config.work_dir / "trials" / a.trial_id,
@@ -62,6 +53,7 @@ def launch_spec(
         uid=a.run_as_uid if a.run_as_uid is not None else config.run_as_uid,
         gid=a.run_as_gid if a.run_as_gid is not None else config.run_as_gid,
         nodes=a.rendezvous.nnodes if a.rendezvous is not None else 1,
+        registry_auth=a.registry_auth,
     )
 
 

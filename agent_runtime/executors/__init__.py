@@ -14,32 +14,12 @@ from pathlib import Path
 from typing import Protocol
 
 from agent_runtime.config import AgentConfig
-from corral.protocol.agent import BindMount
+from corral.protocol.agent import BindMount, RegistryAuth
 
 log = logging.getLogger(__name__)
 
 # Called from reader threads with (stream, line); must be thread-safe.
 LineSink = Callable[[str, str], None]
-
-# Runs ``container_startup_script`` (from $CORRAL_CONTAINER_STARTUP_SCRIPT) in the trial's
-# own shell, so its exports reach the entrypoint (the seeds' credential-helper example sets
-# HOME), and stops with a clear line if it fails; then execs the entrypoint as given.
-STARTUP_WRAPPER = (
-    "trap 'rc=$?; if [ $rc -ne 0 ]; then "
-    'echo "corral: container_startup_script failed with exit code $rc" >&2; fi\' EXIT\n'
-    "set -e\n"
-    'eval "$CORRAL_CONTAINER_STARTUP_SCRIPT"\n'
-    "set +e\n"
-    "trap - EXIT\n"
-    'exec "$@"\n'
-)
-STARTUP_SCRIPT_ENV = "CORRAL_CONTAINER_STARTUP_SCRIPT"
-
-
-def wrap_entrypoint(entrypoint: list[str], startup_script: str | None) -> list[str]:
-    if not startup_script:
-        return list(entrypoint)
-    return ["/bin/sh", "-c", STARTUP_WRAPPER, "corral-trial", *entrypoint]
 
 
 @dataclass(frozen=True)
@@ -47,7 +27,7 @@ class LaunchSpec:
     trial_id: str
     experiment_id: str
     agent_id: str
-    command: list[str]  # already wrapped for container_startup_script
+    command: list[str]
     env: dict[str, str]
     gpus: list[int]
     work_dir: Path  # per-trial scratch directory on the host (cwd of a process trial)
@@ -57,6 +37,8 @@ class LaunchSpec:
     bind_mounts: list[BindMount] = field(default_factory=list)
     uid: int | None = None
     gid: int | None = None
+    # The trial's own registry credentials (its experiment's); None: the pool's, if any.
+    registry_auth: RegistryAuth | None = None
     # Agents the trial spans (its rendezvous' nnodes): more than one needs the host network.
     nodes: int = 1
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agent_runtime.config import AgentConfig
-from agent_runtime.executors import STARTUP_SCRIPT_ENV, LaunchSpec, LineSink
+from agent_runtime.executors import LaunchSpec, LineSink
 from agent_runtime.trial_env import HELPER_DIR, HELPER_MOUNT
 
 log = logging.getLogger(__name__)
@@ -116,23 +116,47 @@ class DockerExecutor:
         self._network_ready = True
 
     def image_of(self, spec: LaunchSpec) -> str:
-        image = spec.image or self._config.default_trial_image
+        """The trial's image; a trial stored before submissions named one gets the pool's
+        ``default_trial_image`` (a ``{cpu, gpu}`` map picked by whether it has GPUs)."""
+        default = self._config.default_trial_image
+        if not isinstance(default, str) and default is not None:
+            default = default.pick(bool(spec.gpus))
+        image = spec.image or default
         if not image:
             raise ValueError("the trial has no image and default_trial_image is not set")
         return image
 
-    def image_pythonpath(self, image: str) -> str | None:
-        """The image's own ``ENV PYTHONPATH`` (pulling the image first when it is missing),
-        or None. Unreadable (no registry access, say): None, and ``containers.run`` reports
-        the real error."""
+    def _auth(self, spec: LaunchSpec) -> dict[str, str] | None:
+        """Registry credentials of the pull: the trial's own, else the pool's."""
+        if spec.registry_auth is not None:
+            return spec.registry_auth.docker_auth()
+        if self._config.registry_auth is not None:
+            return self._config.registry_auth.docker_auth()
+        return None
+
+    def ensure_image(self, image: str, auth: dict[str, str] | None = None) -> Any | None:
+        """The image, pulled first when the engine lacks it (with ``auth`` when given: the
+        pull ``containers.run`` would do takes none), or None when it cannot be had; then
+        ``containers.run`` reports the real error. The credentials are never logged."""
         try:
-            try:
-                found = self._client.images.get(image)
-            except Exception:  # docker.errors.ImageNotFound: pull it, as containers.run would
-                found = self._client.images.pull(image)
-            variables = (found.attrs.get("Config") or {}).get("Env") or []
+            return self._client.images.get(image)
+        except Exception:  # docker.errors.ImageNotFound: pull it
+            pass
+        try:
+            if auth:
+                return self._client.images.pull(image, auth_config=auth)
+            return self._client.images.pull(image)
         except Exception as exc:
-            log.warning("cannot read the environment of image %s: %s", image, exc)
+            log.warning("cannot pull image %s: %s", image, exc)
+            return None
+
+    def image_pythonpath(self, image: str, found: Any | None) -> str | None:
+        """The ``ENV PYTHONPATH`` of ``found`` (``ensure_image(image)``), or None: none set, or
+        the image could not be had (no registry access, say)."""
+        try:
+            variables = (found.attrs.get("Config") or {}).get("Env") or []
+        except Exception:
+            log.warning("cannot read the environment of image %s", image)
             return None
         for variable in variables:
             name, _, value = str(variable).partition("=")
@@ -151,8 +175,6 @@ class DockerExecutor:
             # PYTHONPATH=/workspace is common): Docker replaces an image's variable by one
             # given at run instead of merging them, so the helper goes in front of it here.
             env["PYTHONPATH"] = f"{HELPER_MOUNT}:{image_pythonpath}"
-        if c.container_startup_script:  # normally already there (trials.launch_spec)
-            env[STARTUP_SCRIPT_ENV] = c.container_startup_script
         # The checkpoints, the corral_trial helper (on PYTHONPATH) and the metrics file.
         volumes = [
             f"{spec.checkpoint_dir}:{spec.checkpoint_dir}:rw",
@@ -222,10 +244,12 @@ class DockerExecutor:
                 spec.nodes,
                 self._config.agent_docker_network,
             )
-        # The image is pulled (if missing) to read its PYTHONPATH; the agent calls launch off
-        # its loop.
+        # The image is pulled here if missing, with the registry credentials (the agent calls
+        # launch off its loop); its PYTHONPATH is read from it.
+        image = self.image_of(spec)
+        found = self.ensure_image(image, self._auth(spec))
         own = _own_pythonpath(spec)
-        image_path = None if own else self.image_pythonpath(self.image_of(spec))
+        image_path = None if own else self.image_pythonpath(image, found)
         kwargs = self.run_kwargs(spec, image_path)
         container = self._client.containers.run(**kwargs)
         readers = []

@@ -20,6 +20,8 @@
 #   ZONE          optional: zone(s), comma-separated, of pools that leave zone out (CORRAL_ZONE)
 #   AGENT_IMAGE   optional: the agent image (infra/agent-image) of pools that leave
 #                 boot_disk_source_image out (CORRAL_AGENT_IMAGE)
+#   AGENT_TAG     the network tag firewall.sh's rules target (default corral-agent): pools that
+#                 leave network_tags out get it (CORRAL_AGENT_NETWORK_TAG)
 #   DRY_RUN=1     the same as --dry-run
 #   PYTHON        the interpreter that reads the config with Corral's loader (default python3;
 #                 it needs the project's dependencies: PYTHON=.venv/bin/python)
@@ -205,6 +207,8 @@ ENV_VARS="$ENV_VARS;CORRAL_USERS=$USERS"
 # What pools may leave out because the deployment knows it (corral.domain.config.deployment).
 if [ -n "$ZONE" ]; then ENV_VARS="$ENV_VARS;CORRAL_ZONE=$ZONE"; fi
 if [ -n "$AGENT_IMAGE" ]; then ENV_VARS="$ENV_VARS;CORRAL_AGENT_IMAGE=$AGENT_IMAGE"; fi
+# Pools that leave them out get the agent account and the firewall's tag (agent_identity.py).
+ENV_VARS="$ENV_VARS;CORRAL_AGENT_SERVICE_ACCOUNT=$AGENT_SA;CORRAL_AGENT_NETWORK_TAG=${AGENT_TAG:-corral-agent}"
 deploy() {  # name entry-point trigger-args...
     local name=$1 entry=$2
     shift 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from agent_runtime.client import (
     Unreachable,
 )
 from agent_runtime.config import AgentConfig, load_config
-from agent_runtime.executors import wrap_entrypoint
 from agent_runtime.executors.process import process_env
 from agent_runtime.identity import GceMetadata
 from agent_runtime.interruptions import grace_for
@@ -105,18 +103,6 @@ def test_trial_env_in_container_with_rendezvous(tmp_path: Path) -> None:
     }
     local = _assignment(checkpoint={"storage_uri": "file:///mnt/ckpt/e/t"})
     assert checkpoint_dir(local, tmp_path) == Path("/mnt/ckpt/e/t")
-
-
-def test_startup_wrapper_exports_reach_the_entrypoint_and_failure_stops_it() -> None:
-    cmd = wrap_entrypoint(["sh", "-c", 'echo "home=$HOME arg=$0"', "a1"], "export HOME=/root")
-    env = {"CORRAL_CONTAINER_STARTUP_SCRIPT": "export HOME=/root", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    assert done.stdout.strip() == "home=/root arg=a1"
-    env["CORRAL_CONTAINER_STARTUP_SCRIPT"] = "false\necho never"
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    assert done.returncode == 1 and "never" not in done.stdout
-    assert "container_startup_script failed with exit code 1" in done.stderr
-    assert wrap_entrypoint(["python", "t.py"], None) == ["python", "t.py"]
 
 
 def test_sigv4_headers_in_aws_mode(plane: FakeControlPlane) -> None:

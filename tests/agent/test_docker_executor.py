@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from agent_runtime.config import AgentConfig
-from agent_runtime.executors import LaunchSpec, wrap_entrypoint
+from agent_runtime.executors import LaunchSpec
 from agent_runtime.executors.docker import LABEL_TRIAL, DockerExecutor
 from agent_runtime.trial_env import HELPER_DIR, HELPER_MOUNT
-from corral.protocol.agent import BindMount
+from corral.protocol.agent import BindMount, RegistryAuth
 from tests.agent.conftest import dev_config
 
 
@@ -75,7 +75,7 @@ def test_run_arguments(tmp_path: Path) -> None:
         trial_id="t-1",
         experiment_id="e-1",
         agent_id="rec-1",
-        command=wrap_entrypoint(["python", "train.py"], config.container_startup_script),
+        command=["python", "train.py"],
         env={"CORRAL_TRIAL_ID": "t-1", **config.proxy_env()},
         gpus=[2, 3],
         work_dir=tmp_path / "w",
@@ -106,8 +106,9 @@ def test_run_arguments(tmp_path: Path) -> None:
     assert kw["labels"][LABEL_TRIAL] == "t-1"
     env = kw["environment"]
     assert env["HTTP_PROXY"] == env["http_proxy"] == "http://proxy:3128"
-    assert env["CORRAL_CONTAINER_STARTUP_SCRIPT"] == "export HOME=/root"
-    assert kw["command"][:2] == ["/bin/sh", "-c"] and kw["command"][-2:] == ["python", "train.py"]
+    # The script ran on the host before any pull (agent_runtime/startup.py), not in trials.
+    assert "CORRAL_CONTAINER_STARTUP_SCRIPT" not in env
+    assert kw["command"] == ["python", "train.py"]
     assert client.created_networks == ["corral/bridge"]
     assert handle.poll() is None
     handle.terminate()
@@ -332,6 +333,7 @@ class ImageClient(FakeClient):
     def __init__(self, local: dict[str, list[str]], registry: dict[str, list[str]]) -> None:
         super().__init__()
         self.pulled: list[str] = []
+        self.auths: list[dict[str, str] | None] = []
         outer = self
 
         class Images:
@@ -340,10 +342,11 @@ class ImageClient(FakeClient):
                     raise LookupError(f"404 Client Error: No such image: {name}")
                 return FakeImage(local[name])
 
-            def pull(self, name: str) -> FakeImage:
+            def pull(self, name: str, auth_config: dict[str, str] | None = None) -> FakeImage:
                 if name not in registry:
                     raise PermissionError("pull access denied")
                 outer.pulled.append(name)
+                outer.auths.append(auth_config)
                 return FakeImage(registry[name])
 
         self.images = Images()
@@ -395,3 +398,29 @@ def test_an_unreadable_image_leaves_the_error_to_containers_run(
         )
     assert client.run_calls[0]["environment"]["PYTHONPATH"] == HELPER_MOUNT
     assert "cannot read the environment of image private/x:1" in caplog.text
+
+
+def test_pulls_use_the_trials_credentials_else_the_pools(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool_auth = {"username": "pool", "password": "pool-secret", "serveraddress": "r.example"}
+    config = dev_config(registry_auth=pool_auth)
+    client = ImageClient({}, {"r.example/a:1": [], "r.example/b:1": []})
+    executor = DockerExecutor(config, client, device_request=lambda ids: ids)
+    own = RegistryAuth(username="me", password="my-secret")  # type: ignore[arg-type]
+    spec = replace(helper_spec(tmp_path, "r.example/a:1", {}), registry_auth=own)
+    with caplog.at_level(logging.DEBUG):
+        executor.launch(spec, lambda s, line: None)
+        executor.launch(helper_spec(tmp_path, "r.example/b:1", {}), lambda s, line: None)
+    assert client.pulled == ["r.example/a:1", "r.example/b:1"]
+    assert client.auths == [{"username": "me", "password": "my-secret"}, pool_auth]
+    assert "secret" not in caplog.text
+
+
+def test_a_trial_without_image_gets_the_pools_default_by_its_gpus(tmp_path: Path) -> None:
+    config = dev_config(default_trial_image={"cpu": "cpu:1", "gpu": "gpu:1"})
+    executor = DockerExecutor(config, FakeClient(), device_request=lambda ids: ids)
+    spec = replace(helper_spec(tmp_path, "", {}), image=None)
+    assert executor.image_of(spec) == "cpu:1"
+    assert executor.image_of(replace(spec, gpus=[0])) == "gpu:1"
+    assert executor.image_of(replace(spec, image="own:2", gpus=[0])) == "own:2"

@@ -92,7 +92,8 @@ resource_pools:
     assert provider.task_defaults.gloo_port_range == "41000:41100"  # "" is unset: inherited
     warned = "\n".join(loaded.warnings)
     assert "task_container_defaults.shm_size_bytes: ignored" in warned
-    assert "resource_pools[0].task_container_defaults.image: ignored" in warned
+    assert "task_container_defaults.image" not in warned  # kept: the pool's default image
+    assert provider.task_defaults.image == "x"
     assert "port_range: ignored" not in warned
 
 

@@ -55,6 +55,20 @@ def test_every_function_gets_the_agent_image_the_loader_reads(template: dict[str
         assert name not in own, key
 
 
+def test_every_function_gets_the_agents_instance_profile_and_namespace(
+    template: dict[str, Any],
+) -> None:
+    """A pool that leaves them out gets the stack's own (agent_identity.py): its agents sign
+    with the profile the stack made, and put metrics where the agent role may."""
+    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    profile = env[ENV_NAMES["aws_instance_profile"][0]]
+    assert profile == {
+        "Fn::If": ["MakeAgentRole", {"Fn::GetAtt": ["AgentInstanceProfile", "Arn"]}, ""]
+    }
+    namespace = env[ENV_NAMES["aws_metrics_namespace"][0]]
+    assert namespace == {"Ref": "AgentMetricsNamespace"}
+
+
 # ---- GCP: the deploy script's dry run ------------------------------------------------------
 def _dry_run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     if shutil.which("bash") is None:
@@ -110,6 +124,19 @@ def test_the_functions_get_the_project_zone_and_image(
         assert defaults.gcp_zone is not None
         assert defaults.gcp_zone.value == "us-central1-a,us-central1-b"
         assert defaults.gcp_image is not None and defaults.gcp_image.value == IMAGE
+
+
+@pytest.mark.parametrize(("env", "tag"), [({}, "corral-agent"), ({"AGENT_TAG": "gpu-x"}, "gpu-x")])
+def test_the_functions_get_the_agent_account_and_firewall_tag(
+    env: dict[str, str], tag: str
+) -> None:
+    done = _dry_run(**env)
+    assert done.returncode == 0, done.stderr
+    for name, variables in _function_env(done.stdout).items():
+        defaults = defaults_from_env(variables)
+        assert defaults.gcp_service_account is not None, name
+        assert defaults.gcp_service_account.value == "corral-agent@p-1.iam.gserviceaccount.com"
+        assert defaults.gcp_network_tag is not None and defaults.gcp_network_tag.value == tag
 
 
 def test_zone_and_image_are_optional() -> None:

@@ -56,10 +56,14 @@ def raw(name: str) -> dict[str, Any]:
 def _exists(data: Any, path: str) -> bool:
     """The path names a key of the file, or a key the deployment fills in."""
     *parents, last = re.findall(r"[^.\[\]]+", path)
+    # ...or the agents' identity settings (agent_identity.py), which Determined's files leave out.
+    filled = {"region", "project", "zone", "on_demand_fallback", "iam_instance_profile_arn"}
+    filled |= {"service_account", "email", "network_tags"}
     cur = data
     for part in parents:
+        if part in filled:
+            return True
         cur = cur[int(part)] if isinstance(cur, list) else cur.get(part)
-    filled = {"region", "project", "zone", "on_demand_fallback"}
     return isinstance(cur, dict) and (last in cur or last in filled)
 
 

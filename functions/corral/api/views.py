@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from corral.api.metrics_views import by_trial, experiment_best, trial_fields
 from corral.api.schemas.public import (
@@ -80,6 +81,22 @@ def experiment_view(ctx: Context, experiment: Experiment) -> ExperimentView:
     return _experiment(ctx, experiment, ctx.store.trials(experiment_id=experiment.id))[0]
 
 
+SECRET_SHOWN = "**********"  # what pydantic shows for a SecretStr
+
+
+def redacted(config: dict[str, Any]) -> dict[str, Any]:
+    """A stored experiment config as the API shows it: the registry password (stored for the
+    agents that pull its image) replaced by ``**********``."""
+    environment = config.get("environment")
+    if not isinstance(environment, dict):
+        return config
+    auth = environment.get("registry_auth")
+    if not isinstance(auth, dict) or auth.get("password") is None:
+        return config
+    shown = {**environment, "registry_auth": {**auth, "password": SECRET_SHOWN}}
+    return {**config, "environment": shown}
+
+
 # Trials shown inline in an experiment's detail (and in the reply to its submission): a
 # 10,000-trial grid would not fit a 6 MB Lambda response; the trials route pages the rest.
 DETAIL_TRIALS = 100
@@ -90,7 +107,7 @@ def experiment_detail(ctx: Context, experiment_id: str) -> ExperimentDetail:
     summary, trials = _experiment(ctx, experiment, ctx.store.trials(experiment_id=experiment.id))
     return ExperimentDetail(
         **summary.model_dump(),
-        config=experiment.config,
+        config=redacted(experiment.config),
         trials=trials[:DETAIL_TRIALS],
         trials_truncated=len(trials) > DETAIL_TRIALS,
     )

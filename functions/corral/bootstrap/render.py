@@ -87,6 +87,17 @@ class PortRanges(Protocol):
     def gloo_port_range(self) -> str | None: ...
     @property
     def nccl_port_range(self) -> str | None: ...
+    def agent_config(self) -> dict[str, object]:
+        """Its other keys the agent takes (default image, registry credentials)."""
+        ...
+
+
+class AgentSettingsSource(Protocol):
+    """A pool's ``agent_settings`` block (corral.domain.config.agent_settings)."""
+
+    @property
+    def agent_wheel_url(self) -> str | None: ...
+    def agent_config(self) -> dict[str, object]: ...
 
 
 class AgentSource(Protocol):
@@ -108,6 +119,8 @@ class AgentSource(Protocol):
     def agent_reconnect_backoff(self) -> float: ...
     @property
     def task_defaults(self) -> PortRanges: ...
+    @property
+    def agent_settings(self) -> AgentSettingsSource: ...
 
 
 def settings_for(
@@ -121,7 +134,9 @@ def settings_for(
     **cloud_specific: object,
 ) -> BootstrapSettings:
     """The bootstrap of one launch from the pool's provider block: the pool's ``master_url``
-    if it names one, else the deployment's own API URL."""
+    if it names one, else the deployment's own API URL. The pool's ``agent_settings`` and the
+    agent's keys of its ``task_container_defaults`` go to the agent config as they are; a
+    cloud's own ``agent_settings`` (in ``cloud_specific``) are added over them."""
     api_url = provider.master_url or default_api_url
     if not api_url:
         raise ValueError(
@@ -142,8 +157,18 @@ def settings_for(
         agent_reconnect_backoff=provider.agent_reconnect_backoff,
         gloo_port_range=provider.task_defaults.gloo_port_range,
         nccl_port_range=provider.task_defaults.nccl_port_range,
+        agent_wheel_url=provider.agent_settings.agent_wheel_url,
+        agent_settings={
+            **provider.task_defaults.agent_config(),
+            **provider.agent_settings.agent_config(),
+            **_mapping(cloud_specific.pop("agent_settings", None)),
+        },
         **cloud_specific,  # type: ignore[arg-type]
     )
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else {}
 
 
 def launch_script(

@@ -8,7 +8,9 @@ on stdout and exits 0; warnings go to stderr as ``warning: ...``. An invalid fil
 A cluster config may leave out what the deployment knows (AWS region, GCP project, zone, agent
 image, as a Determined master.yaml does): the values come from the options below or the
 environment the deployment uses (``AWS_REGION``, ``GOOGLE_CLOUD_PROJECT``, ...), and a warning
-says which value will be used and where it came from.
+says which value will be used and where it came from. The same goes for the agents' identity
+(instance profile, service account, firewall tag): a pool that leaves one out with none known
+gets a warning that its agents could not register.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ def experiment_lines(config: ExperimentConfig) -> list[str]:
 
 
 def command_lines(config: CommandConfig) -> list[str]:
-    image = config.image or "the agent's default image"
+    image = config.trial_image() or "the pool's default image"
     return [
         f"command: {_plural(config.resources.slots_per_trial, 'slot')}, {image}, "
         f"{_plural(len(config.bind_mounts), 'bind mount')}"
@@ -200,6 +202,33 @@ def validate_cmd(
         str | None,
         typer.Option(help="Agent image for GCP pools without one (else CORRAL_AGENT_IMAGE)."),
     ] = None,
+    instance_profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Agent instance profile ARN for AWS pools without one "
+            "(else CORRAL_AGENT_INSTANCE_PROFILE_ARN)."
+        ),
+    ] = None,
+    metrics_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="CloudWatch namespace of the agents' GPU metrics for AWS pools without one "
+            "(else CORRAL_AGENT_METRICS_NAMESPACE)."
+        ),
+    ] = None,
+    service_account: Annotated[
+        str | None,
+        typer.Option(
+            help="Agent service account for GCP pools without one "
+            "(else CORRAL_AGENT_SERVICE_ACCOUNT)."
+        ),
+    ] = None,
+    network_tag: Annotated[
+        str | None,
+        typer.Option(
+            help="The network tag the firewall rules target (else CORRAL_AGENT_NETWORK_TAG)."
+        ),
+    ] = None,
 ) -> None:
     """Check a cluster, experiment or command config: print ok, or every problem (exit 2)."""
     options = {
@@ -208,6 +237,10 @@ def validate_cmd(
         "gcp_project": project,
         "gcp_zone": zone,
         "gcp_image": source_image,
+        "aws_instance_profile": instance_profile,
+        "aws_metrics_namespace": metrics_namespace,
+        "gcp_service_account": service_account,
+        "gcp_network_tag": network_tag,
     }
     try:
         lines, warnings = _check(file, kind, defaults_from_env(os.environ, options))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from corral.domain.images import DEFAULT_IMAGE_CPU, DEFAULT_IMAGE_GPU
 from corral.domain.offerings import Offering
 
 
@@ -91,6 +92,16 @@ class PoolPolicy(Protocol):
         """Every offering the pool may launch (spot ones first when the pool uses spot)."""
         ...
 
+    @property
+    def gpu_slots(self) -> bool:
+        """Its slots are GPUs (False: a pool of zero-GPU types whose slots are CPUs)."""
+        ...
+
+    def default_image(self, gpus: bool) -> str:
+        """The image of a trial (with GPUs or not) whose config names none: the pool's
+        ``task_container_defaults.image``, else Corral's default."""
+        ...
+
 
 @dataclass(frozen=True)
 class StaticPool:
@@ -115,6 +126,7 @@ class StaticPool:
     warm_pool_size: int = 0
     max_stopped_s: float = 72 * 3600.0
     disk_hourly_usd: float = 0.0
+    gpu_slots: bool = True
 
     @property
     def on_demand_fallback_after_s(self) -> float | None:
@@ -122,3 +134,6 @@ class StaticPool:
 
     def offerings(self) -> list[Offering]:
         return list(self.offering_list)
+
+    def default_image(self, gpus: bool) -> str:
+        return DEFAULT_IMAGE_GPU if gpus else DEFAULT_IMAGE_CPU

@@ -235,6 +235,11 @@ class DevStack:
         for name in ("CORRAL_TAG_KEY", "CORRAL_TAG_VALUE"):
             env.pop(name, None)
             os.environ.pop(name, None)
+        # The template's agent instance profile resolves to a placeholder here, and moto refuses
+        # a launch naming a profile IAM does not have: the local pools name none (their
+        # agents authenticate with dev tokens), so they are warned about instead of filled.
+        env.pop("CORRAL_AGENT_INSTANCE_PROFILE_ARN", None)
+        os.environ.pop("CORRAL_AGENT_INSTANCE_PROFILE_ARN", None)
         # Users come from the users file only, never from the caller's environment.
         for name in ("CORRAL_USER_TOKEN", "CORRAL_USER_NAME"):
             os.environ.pop(name, None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer
 
 PROTOCOL_VERSION = 1
 
@@ -166,6 +166,31 @@ class CheckpointSpec(_Model):
     latest: str | None = Field(default=None, description="Checkpoint to resume from, if any")
 
 
+class RegistryAuth(_Model):
+    """Credentials for pulling a trial's image (Docker's ``AuthConfig``). The password is
+    masked in ``repr`` and logs, and written in the clear only in JSON (the wire to the agent,
+    the agent config file)."""
+
+    username: str | None = None
+    password: SecretStr | None = None
+    serveraddress: str | None = None
+    email: str | None = None
+
+    @field_serializer("password", when_used="json")
+    def _clear(self, value: SecretStr | None) -> str | None:
+        return value.get_secret_value() if value is not None else None
+
+    def docker_auth(self) -> dict[str, str]:
+        """The Docker SDK's ``auth_config``."""
+        out = {
+            "username": self.username,
+            "password": self.password.get_secret_value() if self.password else None,
+            "serveraddress": self.serveraddress,
+            "email": self.email,
+        }
+        return {k: v for k, v in out.items() if v is not None}
+
+
 class TrialAssignment(_Model):
     trial_id: str
     experiment_id: str
@@ -179,6 +204,8 @@ class TrialAssignment(_Model):
     rendezvous: Rendezvous | None = None
     run_as_uid: int | None = None
     run_as_gid: int | None = None
+    # The experiment's environment.registry_auth; None: the agent's (the pool's), if any.
+    registry_auth: RegistryAuth | None = None
 
 
 class HeartbeatResponse(_Model):

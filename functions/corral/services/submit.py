@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from corral.domain.config import CommandConfig, ExperimentConfig, command_job, expand_trials
 from corral.domain.planner import infeasible_reason
+from corral.domain.policy import PoolPolicy
 from corral.domain.records import Event, EventKind, Experiment
 from corral.domain.trial import Trial, new_trial
 from corral.ports.commands import Schedule, send
@@ -54,6 +55,8 @@ def submit_experiment(
     reason = infeasible_reason(slots, pool)
     if reason is not None:
         raise SubmitError("resources.slots_per_trial", reason)
+
+    config = with_image(config, pool)
 
     # A client token makes the submission idempotent: a retried POST finds the experiment
     # (and fills in any trials a crash left unwritten) instead of creating a second one.
@@ -121,6 +124,20 @@ def submit_experiment(
         return Submitted(experiment, tuple(written), created=True)
     stored = tuple(t for t in (ctx.store.get_trial(t.id) for t in trials) if t is not None)
     return Submitted(experiment, stored, created=False)
+
+
+def with_image(config: ExperimentConfig, pool: PoolPolicy) -> ExperimentConfig:
+    """The config with the one image its trials run in, stored with it so the experiment's
+    record names it: its own (a ``{cpu, gpu}`` map picked by whether its trials have GPUs),
+    else the pool's ``task_container_defaults.image``, else Corral's default. Determined
+    applies its default the same way, when the experiment is created."""
+    # A slot of a pool of zero-GPU types (cpu_slots_allowed) is a CPU slot.
+    gpus = pool.gpu_slots and config.resources.slots_per_trial > 0
+    image = config.trial_image(pool.gpu_slots) or pool.default_image(gpus)
+    if image == config.image and config.environment.image in (None, image):
+        return config
+    environment = config.environment.model_copy(update={"image": None})
+    return config.model_copy(update={"image": image, "environment": environment})
 
 
 def run_command(

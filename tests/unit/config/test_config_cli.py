@@ -26,7 +26,12 @@ def test_valid_cluster_prints_ok_and_pools() -> None:
         "spot with on-demand fallback after 10m, idle 30s",
         "pool a100: aws p4d.24xlarge x 8 GPUs, 0..1 instances, on-demand, idle 1m",
     ]
-    assert err == []
+    # The local stack's pools name no instance profile; a deployment's would be filled in.
+    assert [line.split(":", 2)[1] for line in err] == [
+        " resource_pools[0].provider.iam_instance_profile_arn",
+        " resource_pools[1].provider.iam_instance_profile_arn",
+    ]
+    assert all("cannot sign their requests" in line for line in err)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +117,7 @@ def test_experiment_and_command_kinds() -> None:
     ]
     code, out, _ = run(str(EXAMPLES / "command.yaml"), "--kind", "command")
     assert code == 0
-    assert out == ["ok", "command: 1 slot, the agent's default image, 1 bind mount"]
+    assert out == ["ok", "command: 1 slot, the pool's default image, 1 bind mount"]
 
 
 def test_wrong_kind_reports_problems() -> None:

@@ -5,6 +5,8 @@ from config_helpers import EXAMPLES, dump
 
 from corral.domain.config import AwsProvider, ConfigError, GcpProvider, load_cluster_config
 
+PROFILE = "arn:aws:iam::123456789012:instance-profile/corral-agent"
+
 SEED_001_PROVISIONER = """\
 provisioner:
   master_url: http://10.0.0.5:8080
@@ -110,6 +112,14 @@ def test_determined_master_example_loads_with_warnings() -> None:
         "checkpoint_storage: ignored (set checkpoint_storage in each experiment config)",
         "db: ignored (Determined setting with no Corral equivalent)",
         "port: ignored (Determined setting with no Corral equivalent)",
+        "resource_pools[1].provider.service_account.email: not set, so the project's default "
+        "compute service account, and the deployment names no agent account "
+        "(CORRAL_AGENT_SERVICE_ACCOUNT, --service-account): deploy.sh lets scale_up attach only "
+        "corral-agent, and the API refuses agents of any account it was not given",
+        "resource_pools[1].provider.network_tags: not set: the instances carry no network tag, "
+        "so no firewall rule of infra/gcp/firewall.sh (tag corral-agent) reaches them and trials "
+        "spanning instances hang; add the firewall's tag (or CORRAL_AGENT_NETWORK_TAG, "
+        "--network-tag)",
     )
     gcp = loaded.config.pool("gcp-disk")
     assert [o.instance_type for o in gcp.offerings()] == ["n1-standard-8+2xnvidia-tesla-t4"]
@@ -132,6 +142,7 @@ def test_ignored_pool_and_provider_keys_warn() -> None:
                     "region": "us-east-1",
                     "image_id": "ami-0123456789abcdef0",
                     "instance_type": "g4dn.xlarge",
+                    "iam_instance_profile_arn": PROFILE,
                     "master_cert_name": "x",
                     "launch_error_timeout": "5m",
                 },

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator
 
 from corral.domain import catalog
+from corral.domain.config.agent_settings import AwsAgentSettings
 from corral.domain.config.common import (
     GP3_USD_PER_GB_MONTH,
     HOURS_PER_MONTH,
@@ -48,6 +49,22 @@ _LOG_STREAM = matching(
     "must be a CloudWatch Logs stream name (no ':' or '*')",
     echo=False,
 )
+
+
+# Launches expose instance tags in the instance metadata (InstanceMetadataTags, so the agent
+# learns its pool and record without ec2:DescribeTags); EC2 then refuses tag keys with other
+# characters than these (no '/', no spaces) and the keys '.', '..' and '_index'.
+_IMDS_TAG_KEY = re.compile(r"^[A-Za-z0-9+\-=.,_:@]+$")
+_IMDS_TAG_KEY_RULE = (
+    "EC2 allows only letters, digits and + - = . , _ : @ in the tag keys of instances whose "
+    "tags are in the instance metadata, as Corral's launches are"
+)
+
+
+def _imds_tag_key(value: str) -> str:
+    if not _IMDS_TAG_KEY.match(value) or value in (".", "..", "_index"):
+        raise field_error(f"{value!r}: {_IMDS_TAG_KEY_RULE}")
+    return value
 
 
 def _prefixed(prefix: str, what: str) -> AfterValidator:
@@ -91,7 +108,7 @@ class AwsTag(FrozenModel):
             raise field_error("must not start with 'aws:'")
         if value == "Name":
             raise field_error(f"{value!r} is set by Corral (ownership tag or instance name)")
-        return value
+        return _imds_tag_key(value)
 
 
 class AwsProvider(CommonProvider):
@@ -124,7 +141,10 @@ class AwsProvider(CommonProvider):
     """EC2 key pair for SSH to agents; none: no key."""
     iam_instance_profile_arn: Annotated[str, _INSTANCE_PROFILE_ARN] | None = None
     """Instance profile of the agents, `arn:aws:iam::<12 digits>:instance-profile/<name>` (the
-    control plane needs `iam:PassRole` on its role)."""
+    control plane needs `iam:PassRole` on its role). Their requests to the API are signed with its
+    credentials: left out, the deployment's (the stack's `AgentInstanceProfileArn`,
+    `CORRAL_AGENT_INSTANCE_PROFILE_ARN`) with a warning; with none known, a warning that the
+    agents cannot register."""
     network_interface: AwsNetworkInterface = AwsNetworkInterface()
     """Network settings of the agents' network interface."""
     spot: bool = False
@@ -134,7 +154,9 @@ class AwsProvider(CommonProvider):
     """Highest spot price per hour in USD (a string or a number); only with `spot: true`. None (or
     `""`, as Determined's renders write it): up to the on-demand price."""
     custom_tags: tuple[AwsTag, ...] = ()
-    """Extra tags on instances, as `{key, value}` items."""
+    """Extra tags on instances, as `{key, value}` items. Instance tags are readable in the instance
+    metadata, so EC2 allows only letters, digits and `+ - = . , _ : @` in their keys (no `/`, no
+    spaces)."""
     cpu_slots_allowed: bool = False
     """A zero-GPU instance offers one CPU slot (for CPU-only trials)."""
     # CloudWatch Logs group the agents copy trial logs to (their role must be allowed to write
@@ -148,13 +170,17 @@ class AwsProvider(CommonProvider):
     """Determined's one stream for all agents (no `:` or `*`); passed to the agent config as
     `cloudwatch_log_stream`, the prefix of the agents' stream names (one stream per instance and
     trial), with a warning saying so."""
+    agent_settings: AwsAgentSettings = AwsAgentSettings()
+    """Settings of the agents on this pool's instances (proxies, POSIX user, stop and interruption
+    timing, rebalance recommendations, GPU metrics), delivered in the user data (rows below; see
+    Agent settings)."""
 
     @field_validator("tag_key")
     @classmethod
     def _tag_key(cls, value: str) -> str:
         if value.lower().startswith("aws:"):
             raise field_error("must not start with 'aws:' (reserved by AWS)")
-        return value
+        return _imds_tag_key(value)
 
     @rule
     def _spot_price_needs_spot(self) -> RuleProblems:
@@ -210,11 +236,19 @@ class AwsProvider(CommonProvider):
         in one pool, a single override cannot be right for all of them. A zero-GPU instance
         offers one CPU slot when ``cpu_slots_allowed`` is set.
         """
-        entry = catalog.lookup_aws(instance_type)
-        gpus = entry.gpus if entry is not None else (self.instance_slots or 0)
+        gpus = self._gpus(instance_type)
         if gpus == 0 and self.cpu_slots_allowed:
             return 1
         return gpus
+
+    def _gpus(self, instance_type: str) -> int:
+        entry = catalog.lookup_aws(instance_type)
+        return entry.gpus if entry is not None else (self.instance_slots or 0)
+
+    @property
+    def has_gpus(self) -> bool:
+        """Some instance type of the pool has GPUs (else its slots are CPU slots)."""
+        return any(self._gpus(t) > 0 for t in self.instance_type)
 
     def hourly_price(self, instance_type: str, capacity: CapacityType) -> float:
         entry = catalog.lookup_aws(instance_type)

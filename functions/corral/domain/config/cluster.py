@@ -55,8 +55,8 @@ class ResourcePool(FrozenModel):
     """The cloud block: the fields common to both clouds plus the cloud's own (tables below)."""
     # Determined's per-pool block: over the cluster's, key by key (task_defaults.py).
     task_container_defaults: TaskContainerDefaults = TaskContainerDefaults()
-    """This pool's GLOO and NCCL port ranges, over the cluster's `task_container_defaults` key by
-    key."""
+    """This pool's GLOO and NCCL port ranges, default image and registry credentials, over the
+    cluster's `task_container_defaults` key by key."""
 
     @model_validator(mode="after")
     def _task_defaults_to_provider(self) -> ResourcePool:
@@ -171,6 +171,18 @@ class ResourcePool(FrozenModel):
         terminated, stopped in a warm pool or not."""
         return self.provider.disk_hourly_usd
 
+    def default_image(self, gpus: bool) -> str:
+        return self.provider.task_defaults.default_image(gpus)
+
+    @property
+    def gpu_slots(self) -> bool:
+        """Some instance type of the pool has GPUs (else its slots are CPU slots)."""
+        return self._gpu_slots
+
+    @cached_property
+    def _gpu_slots(self) -> bool:
+        return self.provider.has_gpus
+
     @property
     def max_slots_per_instance(self) -> int:
         return max((o.slots for o in self.offerings()), default=0)
@@ -244,8 +256,9 @@ class ClusterConfig(FrozenModel):
     adds its default user `local`. Everyone else changes only their own work (docs/security.md)."""
     # Determined's cluster-wide block: GLOO/NCCL port ranges for every pool (task_defaults.py).
     task_container_defaults: TaskContainerDefaults = TaskContainerDefaults()
-    """Determined's cluster-wide block; Corral reads its GLOO and NCCL port ranges, for every pool.
-    Determined's other keys are ignored with a warning."""
+    """Determined's cluster-wide block, for every pool: Corral reads its GLOO and NCCL port ranges,
+    its default `image` and its `registry_auth`. Determined's other keys are ignored with a
+    warning."""
     # Modelled by the simulator's owner; carried through untouched until then.
     simulation: dict[str, Any] | None = None
     """The cloud model of `corral sim` (boot times, spot interruptions, capacity outages,

@@ -401,8 +401,8 @@ class CommonProvider(FrozenModel):
     startup_script: str | None = None
     """Shell script run on the instance at boot, before the agent starts."""
     container_startup_script: str | None = None
-    """Shell script run in every task container before the task (e.g. registry credential
-    helpers)."""
+    """Shell script the agent runs on the instance once per boot, before it pulls any image (e.g.
+    a registry credential helper, as in the seeds' GCR recipe); a failure is unhealthy."""
     agent_docker_network: str = "corral"
     """Docker network task containers join (gang trials across instances use host networking)."""
     agent_docker_image: str | None = None

@@ -27,6 +27,11 @@ class DeploymentDefaults:
     gcp_project: DeploymentValue | None = None
     gcp_zone: DeploymentValue | None = None  # one zone, or several separated by commas
     gcp_image: DeploymentValue | None = None
+    # The agents' identity and reach (agent_identity.py): what the stack or deploy.sh made.
+    aws_instance_profile: DeploymentValue | None = None
+    aws_metrics_namespace: DeploymentValue | None = None
+    gcp_service_account: DeploymentValue | None = None
+    gcp_network_tag: DeploymentValue | None = None
 
 
 # Environment variables, first found wins. Lambda sets AWS_REGION; deploy.sh sets
@@ -37,6 +42,10 @@ ENV_NAMES: Mapping[str, tuple[str, ...]] = {
     "gcp_project": ("CORRAL_PROJECT", "GOOGLE_CLOUD_PROJECT"),
     "gcp_zone": ("CORRAL_ZONE",),
     "gcp_image": ("CORRAL_AGENT_IMAGE",),
+    "aws_instance_profile": ("CORRAL_AGENT_INSTANCE_PROFILE_ARN",),
+    "aws_metrics_namespace": ("CORRAL_AGENT_METRICS_NAMESPACE",),
+    "gcp_service_account": ("CORRAL_AGENT_SERVICE_ACCOUNT",),
+    "gcp_network_tag": ("CORRAL_AGENT_NETWORK_TAG",),
 }
 # The command line options of `corral config validate` that override them.
 OPTION_NAMES: Mapping[str, str] = {
@@ -45,6 +54,10 @@ OPTION_NAMES: Mapping[str, str] = {
     "gcp_project": "--project",
     "gcp_zone": "--zone",
     "gcp_image": "--source-image",
+    "aws_instance_profile": "--instance-profile",
+    "aws_metrics_namespace": "--metrics-namespace",
+    "gcp_service_account": "--service-account",
+    "gcp_network_tag": "--network-tag",
 }
 
 

@@ -99,3 +99,58 @@ def unused_agent_image(provider: Mapping[str, Any], path: str) -> list[str]:
         f"{path}.agent_docker_image: not used ({image!r}); Corral's agent runs from the machine "
         "image (image_id / boot_disk_source_image) or the agent wheel the bootstrap installs"
     ]
+
+
+# Determined's agent settings (its agent.yaml, ``agent_config_file_contents`` per pool) that
+# Corral's agent also has: the proxies go to the pool's ``agent_settings``, the reconnect
+# settings to the provider block (where Corral and Determined's master.yaml keep them).
+AGENT_SETTINGS_KEYS = ("http_proxy", "https_proxy", "no_proxy")
+PROVIDER_KEYS = ("agent_reconnect_attempts", "agent_reconnect_backoff")
+_AGENT_KEY_HINTS = {
+    "hooks": (
+        "Corral's dead man's switch shuts an instance down after dead_man_switch_s without the "
+        "control plane"
+    ),
+    "ftp_proxy": "Corral's agents and trials are given http_proxy, https_proxy and no_proxy only",
+    "container_master_host": "trials reach the API through the agent's api_url",
+    "container_master_port": "trials reach the API through the agent's api_url",
+    "master_host": "the agents reach the deployment's API (master_url, CORRAL_API_URL)",
+    "master_port": "the agents reach the deployment's API (master_url, CORRAL_API_URL)",
+    "resource_pool": "the pool is the one that launched the instance",
+    "security": "the agents use the API's HTTPS and sign their requests with the instance identity",
+}
+
+
+def agent_config_contents(provider: dict[str, Any], path: str) -> list[str]:
+    """Map Determined's ``agent_config_file_contents`` to Corral's fields; a warning for each
+    key that has no Corral meaning, or whose Corral field the block sets already."""
+    contents = provider.pop("agent_config_file_contents", None)
+    at = f"{path}.agent_config_file_contents"
+    if contents is None or contents == {}:
+        return []
+    if not isinstance(contents, Mapping):
+        return [f"{at}: ignored (not a mapping of Determined agent settings)"]
+    warnings: list[str] = []
+    settings = provider.get("agent_settings")
+    settings = dict(settings) if isinstance(settings, Mapping) else {}
+    for key, value in contents.items():
+        where = f"{at}.{key}"
+        if key in AGENT_SETTINGS_KEYS or key in PROVIDER_KEYS:
+            holder, target = (
+                (settings, f"agent_settings.{key}")
+                if key in AGENT_SETTINGS_KEYS
+                else (provider, key)
+            )
+            if _unset(value):
+                continue
+            if key in holder:
+                warnings.append(f"{where}: ignored ({path}.{target} is set)")
+                continue
+            holder[key] = value
+            warnings.append(f"{where}: read as {path}.{target}")
+            continue
+        hint = _AGENT_KEY_HINTS.get(str(key), "Determined agent setting with no Corral equivalent")
+        warnings.append(f"{where}: ignored ({hint})")
+    if settings:
+        provider["agent_settings"] = settings
+    return warnings

@@ -27,6 +27,7 @@ from corral.domain.config.hyperparameters import (
     grid_points,
     grid_size,
 )
+from corral.domain.config.task_defaults import Image, RegistryAuth, image_for
 
 DEFAULT_PRIORITY = 42
 
@@ -188,8 +189,13 @@ control characters, at most 256 characters. A value
     is a string; a number or a boolean is passed as JSON writes it (`1`, `0.5`, `true`: quote a
     value to keep its spelling, as YAML reads `yes` as true and `1.50` as 1.5); null, lists and
     mappings are refused. No NUL characters."""
-    image: NoNulStr | None = None  # Determined's spelling of the top-level `image`
-    """Determined's spelling of the top-level `image` (both must agree)."""
+    image: Image | None = None  # Determined's spelling of the top-level `image`
+    """Determined's spelling of the top-level `image` (both must agree): a name, or `{cpu: ...,
+    gpu: ...}`."""
+    registry_auth: RegistryAuth | None = None
+    """Credentials the agent pulls this experiment's image with (`username`, `password`,
+    `serveraddress`), as in Determined; over the pool's `task_container_defaults.registry_auth`.
+    Stored with the experiment; the API shows the password as `**********`."""
 
     @classmethod
     def _prepare(cls, data: Any) -> tuple[Any, list[PydanticCustomError]]:
@@ -255,9 +261,13 @@ class _JobConfig(FrozenModel):
     description: text.Prose = Field(default="", max_length=MAX_DESCRIPTION_CHARS)
     """Free text, shown in listings: lines of text (tab and newline are the only control
     characters)."""
-    image: NoNulStr | None = None  # required for Docker executors; the process executor ignores it
-    """Container image of each trial (`environment.image` accepted); required by Docker executors,
-    ignored by the process executor."""
+    # Resolved to one name at submission (submit.py): the stored config says what ran.
+    image: Image | None = None
+    """Container image of each trial (`environment.image` accepted): a name, or Determined's
+    `{cpu: ..., gpu: ...}`, picked by whether the trial has GPUs (`slots_per_trial`). None: the
+    pool's `task_container_defaults.image`, else Corral's default (see Default task image). Set at
+    submission: the stored config names the image the trials run in. The process executor
+    ignores it."""
     resources: Resources = Resources()
     """GPUs, pool and priority."""
     environment: Environment = Environment()
@@ -282,7 +292,7 @@ class _JobConfig(FrozenModel):
             )
         data = dict(data)
         env = data.get("environment")
-        if isinstance(env, Mapping) and isinstance(env.get("image"), str):
+        if isinstance(env, Mapping) and isinstance(env.get("image"), str | Mapping):
             if data.get("image") not in (None, env["image"]):
                 problems.append(rule_error("image", "differs from environment.image: set only one"))
             else:
@@ -305,6 +315,12 @@ class _JobConfig(FrozenModel):
     @property
     def priority(self) -> int:
         return self.resources.priority
+
+    def trial_image(self, gpu_slots: bool = True) -> str | None:
+        """The one image this job's trials run in, if it names one: a map's ``gpu`` entry when
+        its trials have GPUs (slots, in a pool whose slots are GPUs: ``gpu_slots``), else its
+        ``cpu`` entry."""
+        return image_for(self.image, gpu_slots and self.resources.slots_per_trial > 0)
 
 
 class ExperimentConfig(_JobConfig):

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator
 
 from corral.domain import catalog
+from corral.domain.config.agent_settings import AgentSettings
 from corral.domain.config.common import (
     HOURS_PER_MONTH,
     PD_BALANCED_USD_PER_GB_MONTH,
@@ -83,9 +84,29 @@ class GcpNetworkInterface(FrozenModel):
     """Give agents an external IP. Determined's default is false: use Cloud NAT, or set it."""
 
 
+# The project's default compute service account (PROJECT_NUMBER-compute@...).
+_DEFAULT_COMPUTE_ACCOUNT = re.compile(r"^\d+-compute@developer\.gserviceaccount\.com$")
+
+
 class GcpServiceAccount(FrozenModel):
     email: str = ""  # empty: the project's default compute service account
-    """Service account of the agents; empty: the project's default compute service account."""
+    """Service account of the agents. Left out: the deployment's agent account
+    (`CORRAL_AGENT_SERVICE_ACCOUNT`, `corral-agent@<project>` with deploy.sh), with a warning;
+    with none known, the project's default compute account, with a warning that its agents cannot
+    register. Naming the default compute account is refused: deploy.sh lets scale_up attach only
+    the agent account, and the API accepts only the agent accounts it is given."""
+
+    @field_validator("email")
+    @classmethod
+    def _not_default_compute(cls, value: str) -> str:
+        if _DEFAULT_COMPUTE_ACCOUNT.match(value):
+            raise field_error(
+                f"{value!r} is the project's default compute service account: scale_up may "
+                "not attach it and the API refuses its agents; use the agent account "
+                "(corral-agent@<project>.iam.gserviceaccount.com with deploy.sh)"
+            )
+        return value
+
     scopes: Annotated[StrList, Field(min_length=1)] = (CLOUD_PLATFORM_SCOPE,)
     """OAuth scopes of the agents (best practice: `cloud-platform` alone, and IAM roles on the
     account)."""
@@ -207,8 +228,10 @@ class GcpProvider(CommonProvider):
     network_interface: GcpNetworkInterface = GcpNetworkInterface()
     """Network settings of the agents."""
     network_tags: tuple[Annotated[str, _NETWORK_TAG], ...] = ()
-    """Network tags of the agents, for firewall rules (`infra/gcp/firewall.sh` uses
-    `corral-agent`)."""
+    """Network tags of the agents, for firewall rules: they must include the tag the firewall
+    rules target (`infra/gcp/firewall.sh`: `corral-agent`), or trials spanning instances hang.
+    Left out: the deployment's tag (`CORRAL_AGENT_NETWORK_TAG`), with a warning; a list without
+    it, or none known, is warned about."""
     service_account: GcpServiceAccount = GcpServiceAccount()
     """The agents' service account and scopes."""
     instance_type: Annotated[
@@ -222,6 +245,9 @@ class GcpProvider(CommonProvider):
     """Launch Spot VMs for every shape."""
     cpu_slots_allowed: bool = False  # a zero-GPU machine offers one CPU slot
     """A zero-GPU shape offers one CPU slot (for CPU-only trials)."""
+    agent_settings: AgentSettings = AgentSettings()
+    """Settings of the agents on this pool's instances (proxies, POSIX user, stop and interruption
+    timing), delivered in the `startup-script` metadata (rows below; see Agent settings)."""
 
     @field_validator("boot_disk_source_image")
     @classmethod
@@ -285,6 +311,11 @@ class GcpProvider(CommonProvider):
             if entry.offering_name == offering_name:
                 return entry
         raise KeyError(offering_name)
+
+    @property
+    def has_gpus(self) -> bool:
+        """Some shape of the pool has GPUs (else its slots are CPU slots)."""
+        return any(entry.gpus > 0 for entry in self.instance_type)
 
     def slots_for(self, entry: GcpInstanceType) -> int:
         """GPUs of one shape; a zero-GPU shape offers one CPU slot with ``cpu_slots_allowed``."""

@@ -12,16 +12,21 @@ top-level ``provider: {type: ..., <fields>}``          one pool ``default`` with
 ``resource_manager.default_compute_resource_pool``     ``default_resource_pool`` (also the older
                                                        ``default_gpu_resource_pool``)
 ``instance_type.preemptible`` (GCP)                    means a Spot VM (same field, kept)
-``task_container_defaults`` (top level, per pool)      ``gloo_port_range``/``nccl_port_range``
-                                                       kept (task_defaults.py); other keys
-                                                       ignored, with a warning each
+``task_container_defaults`` (top level, per pool)      port ranges, ``image`` and
+                                                       ``registry_auth`` kept (task_defaults.py);
+                                                       other keys ignored, with a warning each
+provider ``agent_config_file_contents``                its proxies to ``agent_settings``, its
+                                                       reconnect settings to the provider block
+                                                       (determined.py); other keys ignored,
+                                                       with a warning each
 other Determined master keys (``port``, ``db``, ...)   ignored, with a warning each
 provider ``launch_error_timeout``, ...                 ignored, with a warning each
 =====================================================  =========================================
 
 Provider values Determined reads differently (``""`` meaning unset, ``master_url`` hosts from
 instance metadata, spot pools without on-demand fallback) are converted by ``determined.py``;
-fields the deployment knows (region, project, zone, image) are filled by ``deployment.py``.
+fields the deployment knows (region, project, zone, image) are filled by ``deployment.py``, and
+the agents' identity settings by ``agent_identity.py``.
 Everything else keeps Determined's name and meaning. The conversion works on the plain mapping
 before validation and returns the paths it moved, so a problem is reported where the user
 wrote it (``provisioner.region``), not where we moved it.
@@ -34,9 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.domain.config import determined
+from corral.domain.config.agent_identity import check_identity
 from corral.domain.config.deployment import DeploymentDefaults, fill_defaults
 from corral.domain.config.errors import Problem
-from corral.domain.config.task_defaults import PORT_RANGE_KEYS
+from corral.domain.config.task_defaults import KEPT_KEYS
 
 # Determined master settings Corral has no use for: there is no master to configure.
 IGNORED_TOP_LEVEL = frozenset(
@@ -58,16 +64,12 @@ IGNORED_POOL_KEYS = frozenset(
 )  # fmt: skip
 IGNORED_PROVIDER_KEYS = frozenset(
     {
-        "agent_config_file_contents", "agent_fluent_image", "cpu_slots", "launch_error_timeout",
-        "master_cert_name", "use_cloud_logging",
+        "agent_fluent_image", "cpu_slots", "launch_error_timeout", "master_cert_name",
+        "use_cloud_logging",
     }
 )  # fmt: skip
 
 _HINTS = {
-    "agent_config_file_contents": (
-        "Determined agent settings; Corral's agents are configured by the bootstrap, and their "
-        "dead man's switch shuts down an instance that loses the control plane"
-    ),
     "agent_fluent_image": "Corral's agents ship trial logs to the control plane themselves",
     "checkpoint_storage": "set checkpoint_storage in each experiment config",
     "cpu_slots": (
@@ -84,8 +86,8 @@ _HINTS = {
     ),
     "scheduler": "Corral's scheduler has no settings",
     "task_container_defaults": (
-        "Corral reads only gloo_port_range and nccl_port_range here; set the image, "
-        "environment and bind_mounts in each experiment config"
+        "Corral reads only gloo_port_range, nccl_port_range, image and registry_auth here; "
+        "set the environment and bind_mounts in each experiment config"
     ),
     "use_cloud_logging": (
         "trial logs are kept by the control plane (corral trial logs); Corral's agents have no "
@@ -94,7 +96,7 @@ _HINTS = {
 }
 # Keys that make a document a Determined master.yaml (not a Corral cluster config).
 _DETERMINED_MARKS = IGNORED_TOP_LEVEL | {"provisioner", "provider"}
-TASK_DEFAULTS = "task_container_defaults"  # Corral keeps its port ranges (task_defaults.py)
+TASK_DEFAULTS = "task_container_defaults"  # Corral keeps some keys (task_defaults.py)
 
 
 @dataclass
@@ -199,7 +201,7 @@ def _resource_manager(d: dict[str, Any], out: Normalized) -> None:
 
 
 def _task_defaults(holder: dict[str, Any], path: str, out: Normalized) -> None:
-    """Keep a Determined ``task_container_defaults`` block's port ranges; drop its other keys
+    """Keep a Determined ``task_container_defaults`` block's keys Corral reads; drop the others
     (with a warning each), and the block when nothing is left. A Corral config is not
     filtered: there an unknown key is a typo to report."""
     block = holder.get(TASK_DEFAULTS)
@@ -208,9 +210,9 @@ def _task_defaults(holder: dict[str, Any], path: str, out: Normalized) -> None:
         return
     if not isinstance(block, Mapping):
         return  # validation says it must be a mapping
-    kept = {k: v for k, v in block.items() if k in PORT_RANGE_KEYS and v not in (None, "")}
+    kept = {k: v for k, v in block.items() if k in KEPT_KEYS and v not in (None, "")}
     for key in sorted(set(block) - set(kept), key=str):
-        if key in PORT_RANGE_KEYS:
+        if key in KEPT_KEYS:
             continue  # "" or null: unset, as Determined reads it
         out.warnings.append(_ignored(f"{path}.{key}", TASK_DEFAULTS))
     if kept:
@@ -237,6 +239,7 @@ def _pool(index: int, pool: object, out: Normalized, context: _Context) -> objec
             out.warnings.append(_ignored(f"{prefix}.{key}", key))
             del provider[key]
         determined.drop_unset(provider)
+        out.warnings += determined.agent_config_contents(provider, prefix)
         out.warnings += determined.metadata_master_url(provider, prefix)
         out.warnings += determined.log_stream_note(provider, prefix)
         out.warnings += determined.unused_agent_image(provider, prefix)
@@ -244,6 +247,7 @@ def _pool(index: int, pool: object, out: Normalized, context: _Context) -> objec
             out.warnings += determined.keep_spot_only(provider, prefix)
         filled = fill_defaults(provider, prefix, context.defaults)
         out.warnings += filled.warnings
+        out.warnings += check_identity(provider, prefix, context.defaults)
         for key, reason in filled.missing.items():
             out.required_because[f"{at}.{key}"] = reason
         pool["provider"] = provider

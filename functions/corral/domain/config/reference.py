@@ -170,6 +170,10 @@ def _nested(kind: Any) -> tuple[type[BaseModel] | None, str]:
         kind = split(args[0])[0]
     if is_model(kind):
         return kind, "."
+    # A value or a mapping (an image name, or {cpu, gpu}): the mapping's fields get rows.
+    models = [split(a)[0] for a in union_args(kind) if is_model(split(a)[0])]
+    if len(models) == 1:
+        return models[0], "."
     if get_origin(kind) is tuple:
         item = split(get_args(kind)[0])[0]
         if is_model(item):

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types as at
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -51,7 +51,7 @@ def type_name(kind: Any, metadata: list[Any]) -> str:
     if durations._validate in funcs:
         return "duration"
     args = union_args(kind)
-    if args and all(is_model(split(a)[0]) for a in args):
+    if len(args) > 1 and all(is_model(split(a)[0]) for a in args):
         tags = [_literal_tag(split(a)[0]) for a in args]
         return "mapping (`type`: " + " / ".join(f"`{t}`" for t in tags) + ")"
     if args:
@@ -76,6 +76,7 @@ def type_name(kind: Any, metadata: list[Any]) -> str:
     if is_model(kind):
         return "mapping"
     simple = {str: "string", int: "integer", float: "number", bool: "boolean", Decimal: "decimal"}
+    simple[SecretStr] = "string (secret)"
     if kind is Any:
         return "any"
     return simple.get(kind, getattr(kind, "__name__", str(kind)))

@@ -7,7 +7,13 @@ from typing import Any
 
 from corral.domain.config import ExperimentConfig
 from corral.domain.trial import Trial
-from corral.protocol.agent import BindMount, CheckpointSpec, Rendezvous, TrialAssignment
+from corral.protocol.agent import (
+    BindMount,
+    CheckpointSpec,
+    RegistryAuth,
+    Rendezvous,
+    TrialAssignment,
+)
 from corral.services.shared.service_context import Context
 
 # GLOO rendezvous port between trial containers (the seeds' firewall rules open 12355).
@@ -53,7 +59,15 @@ def build_assignment(ctx: Context, trial: Trial, agent_id: str) -> TrialAssignme
             storage_uri=checkpoint_uri(ctx, config, trial), latest=trial.latest_checkpoint
         ),
         rendezvous=rendezvous,
+        registry_auth=_registry_auth(config),
     )
+
+
+def _registry_auth(config: ExperimentConfig) -> RegistryAuth | None:
+    auth = config.environment.registry_auth
+    if auth is None:
+        return None
+    return RegistryAuth.model_validate(auth.model_dump(mode="json"))
 
 
 def checkpoint_uri(ctx: Context, config: ExperimentConfig, trial: Trial) -> str:
