@@ -79,3 +79,41 @@ def test_silence_is_timed_from_the_heartbeat_request_not_its_reply(make_agent, p
     n = len(plane.posts("/heartbeat"))
     h.step_until(lambda: len(plane.posts("/heartbeat")) > n, advance=5.0)
     assert h.agent.deadman.silent_for() >= 8.0
+
+
+IGNORES_SIGTERM = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print('started', flush=True)
+while True:
+    time.sleep(0.01)
+"""
+
+
+def test_a_cut_off_agents_trial_is_gone_before_the_control_plane_requeues_it(
+    make_agent, plane, tmp_path
+):
+    """The budget the requeue relies on (docs/reliability.md, "Agent death to requeue"),
+    with the control plane's own settings: cut off right after a heartbeat, the agent
+    stops its trial at the fence and kills it a stop grace later (this one ignores
+    SIGTERM), before the control plane's heartbeat timeout has passed since that heartbeat
+    arrived, when the trial may start elsewhere."""
+    from corral.services.shared.service_context import ServiceSettings
+
+    settings = ServiceSettings()
+    plane.register_reply["fence_after_s"] = settings.fence_after_s
+    plane.register_reply["heartbeat_interval_s"] = settings.heartbeat_interval_s
+    plane.heartbeat_replies.append(
+        {"start": [assignment("t-1", trial_script(tmp_path, IGNORES_SIGTERM))]}
+    )
+    h: Harness = make_agent()
+    h.step_until(lambda: "started" in plane.log_lines("t-1"))
+    n = len(plane.posts("/heartbeat"))
+    h.step_until(lambda: len(plane.posts("/heartbeat")) > n)
+    # Sent (and so received and timed by the control plane) one tick ago, at the earliest.
+    arrived = h.clock.monotonic() - 1.0
+    plane.down = True
+    run = h.agent.trials["t-1"]
+    h.step_until(lambda: run.terminal, timeout=20.0)
+    assert h.clock.monotonic() - arrived <= settings.reconcile.heartbeat_timeout_s
+    assert run.state.value == "preempted" and run.exit_code != 0  # killed, not exited
