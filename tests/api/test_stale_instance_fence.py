@@ -231,3 +231,25 @@ def test_a_draining_agent_still_reports_its_trials(
     trial = cluster.store.get_trial(trial_id)
     assert trial is not None and trial.latest_checkpoint == "s3://b/ckpt-9"
     assert cluster.store.metric_series(trial_id, MetricKind.VALIDATION) is not None
+
+
+def test_an_agent_being_stopped_into_the_warm_pool_beats_until_it_stops(
+    api: ApiClient, cluster: Cluster, running_agent: AgentFactory
+) -> None:
+    # STOPPING: empty, its machine stopping. Its last beats are heard, not answered 409 (at
+    # which the agent would shut the machine down: terminated, with "terminate" as its
+    # shutdown behaviour, instead of parked). STOPPED: nothing runs there to write.
+    cloud_id, agent_id, _ = _ended(api, cluster, running_agent)
+    now = cluster.clock.now()
+    draining = commit_one(
+        cluster.store, _record(cluster, agent_id).transition(IS.DRAINING, now, "idle")
+    )
+    stopping = commit_one(cluster.store, draining.transition(IS.STOPPING, now, "parked"))
+    me = agent_arn(cloud_id)
+    assert api.post(f"/agents/{agent_id}/heartbeat", {}, caller=me).status == 200
+    commit_one(cluster.store, stopping.transition(IS.STOPPED, now, "stopped"))
+    before = snapshot(cluster)
+    reply = api.post(f"/agents/{agent_id}/heartbeat", {}, caller=me)
+    assert reply.status == 409
+    assert reply.json["message"] == f"instance {cloud_id} is STOPPED: its writes are refused"
+    assert snapshot(cluster) == before

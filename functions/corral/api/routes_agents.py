@@ -4,7 +4,7 @@ Each route takes the instance id the caller PROVED (``Deps.agent``), never one i
 the services check every agent id and trial against it (``services.agents.placed_here``): an
 agent can only act on its own record and on trials placed on it (403 otherwise; the statuses
 come from the one table in ``api.errors``). Every write is fenced too
-(``corral.domain.agent_fence``): from an instance that is not IDLE, BUSY or DRAINING it is
+(``corral.domain.agent_fence``): from an instance that is not IDLE, BUSY, DRAINING or STOPPING it is
 refused with 409 (the agent shuts down), about a trial that has ended with 410 (the agent
 forgets the trial), and nothing is written.
 """

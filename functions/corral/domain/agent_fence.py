@@ -6,11 +6,14 @@ partitioned agent may come back long after its trials were run elsewhere. Provin
 instance calls (``api.auth``) is not enough: every agent write (register aside, which has
 its own admission states) is also checked against the records, and refused unless
 
-1. the instance is live for its agent: IDLE, BUSY or DRAINING. A DRAINING agent still runs
-   (or checkpoints) its trials and must report them; TERMINATING, TERMINATED and LOST (its
-   trials were requeued, it is terminated in the same pass) are fenced, and so is every
-   state an agent never writes from (not yet registered, parked in the warm pool). Refused
-   with ``ShutDown`` (409): the agent stops and shuts its instance down.
+1. the instance is live for its agent: IDLE, BUSY, DRAINING or STOPPING. A DRAINING agent
+   still runs (or checkpoints) its trials and must report them; a STOPPING one (confirmed
+   empty, being stopped into the warm pool) beats until its machine stops, and must not be
+   told to shut down (on an instance whose shutdown behaviour is "terminate", that would
+   lose it from the warm pool). TERMINATING, TERMINATED and LOST (its trials were requeued,
+   it is terminated in the same pass) are fenced, and so is every state an agent never
+   writes from (not registered yet, STOPPED). Refused with ``ShutDown`` (409): the agent
+   stops and shuts its instance down.
 2. for a write about a trial, the trial has not ended (COMPLETED, FAILED, CANCELLED).
    Refused with ``Ended`` (410): the agent forgets the trial. One exception, by design: the
    terminal status may overtake the run's last log batch (a failed flush), and says where
@@ -29,7 +32,7 @@ from corral.domain.trial import Trial
 IS = InstanceState
 
 # The states whose agent may heartbeat and report trials: registered, not on its way out.
-AGENT_WRITE_STATES = frozenset({IS.IDLE, IS.BUSY, IS.DRAINING})
+AGENT_WRITE_STATES = frozenset({IS.IDLE, IS.BUSY, IS.DRAINING, IS.STOPPING})
 
 
 def check_instance(record: Instance) -> None:

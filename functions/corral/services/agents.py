@@ -4,8 +4,8 @@ The caller (the API handler) has already verified the agent's identity document 
 the cloud id it proves; every call is checked against the record it names, so an agent can
 only ever act on its own record and the trials placed on it (``placed_here``). Proof of
 identity is not enough: an instance's credentials outlive it, so every write is also
-fenced (``corral.domain.agent_fence``): refused from an instance that is not IDLE, BUSY or
-DRAINING, and about a trial that has ended, before anything is written. Refusals are the
+fenced (``corral.domain.agent_fence``): refused from an instance that is not IDLE, BUSY,
+DRAINING or STOPPING, and about a trial that has ended, before anything is written. Refusals are the
 domain's (``corral.domain.errors``); the API maps them to HTTP statuses.
 
 Check, then write: the checks read the records by id (consistent reads), so a write that
