@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/scale_moto.py
 	$(BIN)/python benchmarks/submit_latency.py
 	$(BIN)/python benchmarks/sim_workloads.py
+	$(BIN)/python benchmarks/agent_death.py
 
 # The chaos soak: 200 trials through the real handlers against moto while functions crash,
 # messages repeat, EC2 refuses and spot instances vanish (a few minutes; figures and fault

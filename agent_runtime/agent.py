@@ -98,6 +98,9 @@ class Agent:
         self._exit_deadline: float | None = None
         self._failures = 0
         self._leftovers: list[str] | None = None  # None: not looked for yet
+        # Trials the control plane said have ended (410) while they still ran here: stopped,
+        # never reported again, forgotten once their process is gone.
+        self._ended: set[str] = set()
         # Out of contact this long, stop the trials (the control plane says how long).
         self.fence_after_s: float | None = None
         now = clock.monotonic()
@@ -242,7 +245,8 @@ class Agent:
             )
 
     def _refused(self, what: str, exc: ControlPlaneError) -> None:
-        """404/403: not ours (or identity refused); 409: our record is shutting down; 422:
+        """404/403: not ours (or identity refused); 409: our record is shutting down, gone or
+        lost (the stale-instance fence: nothing this instance sends is taken any more); 422:
         short of GPUs. None of these improves by retrying: stop trials and exit."""
         log.error("%s refused by the control plane: %s", what, exc)
         self.agent_id = None
@@ -255,7 +259,7 @@ class Agent:
     # --- heartbeat and orders ------------------------------------------------------------
     def _heartbeat(self, now: float) -> None:
         assert self.agent_id is not None
-        statuses = {tid: run.status() for tid, run in self.trials.items()}
+        statuses = {tid: run.status() for tid, run in self.trials.items() if tid not in self._ended}
         notice = self.watcher.notice
         metrics = self._metrics()
         points, taken = self.trial_metrics.batch(METRIC_POINTS_PER_HEARTBEAT)
@@ -267,6 +271,10 @@ class Agent:
             interruption_notice=notice is not None and notice.action == "preempt",
         )
         try:
+            # Silence is timed from the request, not its reply: the control plane times it
+            # from when the heartbeat arrived, which is never earlier, so the fence below
+            # always fires before the control plane declares this agent lost.
+            sent = self.clock.monotonic()
             reply = self.client.heartbeat(self.agent_id, request)
         except Unreachable as exc:
             self._failures += 1
@@ -287,7 +295,7 @@ class Agent:
             return
         self._failures = 0
         self._next_heartbeat = now + self.interval
-        self.deadman.contact()
+        self.deadman.contact(sent)
         self.trial_metrics.acked(taken, set(reply.metrics_retry))
         for tid, sent in statuses.items():
             self._acked(self.trials[tid], sent)
@@ -314,6 +322,9 @@ class Agent:
             run.cleanup()
 
     def _send_status(self, run: TrialRun) -> None:
+        if run.trial_id in self._ended:
+            self._forget_ended(run)
+            return
         if run.terminal and run.log_end_seq is None:
             # Its output is read (the process executor drains the pipes before it reports
             # the exit): say where it ends, and ship it BEFORE the terminal status, so a
@@ -331,25 +342,67 @@ class Agent:
         log.info("trial %s: %s (exit code %s)", run.trial_id, status.state, status.exit_code)
         try:
             self.client.trial_status(self.agent_id, status)
-        except (Unreachable, ControlPlaneError) as exc:
+        except ControlPlaneError as exc:
+            if self._fenced("status of " + run.trial_id, exc):
+                return
+            if exc.status == 410:
+                self._trial_ended(run, status, exc)
+                return
+            log.warning(
+                "status of %s not delivered (%s); the heartbeat will carry it", run.trial_id, exc
+            )
+            return
+        except Unreachable as exc:
             log.warning(
                 "status of %s not delivered (%s); the heartbeat will carry it", run.trial_id, exc
             )
             return
         self._acked(run, status)
 
+    def _fenced(self, what: str, exc: ControlPlaneError) -> bool:
+        """A 409 to any call: this instance is fenced (shutting down, gone or declared lost),
+        so nothing it sends is taken. Stop at once rather than wait for the next heartbeat's
+        refusal; True if so."""
+        if exc.status != 409:
+            return False
+        self._refused(what, exc)
+        return True
+
+    def _trial_ended(self, run: TrialRun, sent: TrialStatus, exc: ControlPlaneError) -> None:
+        """410: the trial has ended on the control plane (completed by another rank, killed,
+        or this very report was applied and its reply lost). Nothing more about it is taken:
+        stop it if it still runs, and do not send this report again."""
+        log.info("trial %s has ended on the control plane (%s): forgetting it", run.trial_id, exc)
+        self._ended.add(run.trial_id)
+        if not run.terminal and run.stop_as is None:
+            run.stop(AgentTrialState.STOPPED, self.config.stop_grace_s, self.clock.monotonic())
+        self._forget_ended(run)
+
+    def _forget_ended(self, run: TrialRun) -> None:
+        """Forget a run of an ended trial once its process is gone (its logs and metrics
+        are past their trial's end: dropped, not shipped)."""
+        if run.terminal and self.trials.get(run.trial_id) is run:
+            del self.trials[run.trial_id]
+            self._ended.discard(run.trial_id)
+            run.cleanup()
+
     def _send_logs(self, trial_id: str, batch: LogBatch) -> None:
-        assert self.agent_id is not None
+        if self.agent_id is None:  # fenced during this flush: nothing will be taken
+            raise PermanentLogError("the agent is no longer registered")
         try:
             self.client.logs(self.agent_id, trial_id, batch)
         except ControlPlaneError as exc:
+            # 410: the trial ended and the lines go past its announced end; 409: this
+            # instance is fenced (and stops). Neither is sent again.
+            self._fenced("logs of " + trial_id, exc)
             raise PermanentLogError(str(exc)) from exc
 
     def _start(self, a: TrialAssignment) -> None:
         existing = self.trials.get(a.trial_id)
         if existing is not None:
             return  # already running here (a reply crossed our report): nothing to do
-        assert self.agent_id is not None
+        if self.agent_id is None:
+            return  # fenced by a refusal earlier in this reply's handling: start nothing
         if self.leaving or self.drain_notice or self._exit_when_done is not None:
             self._hand_back(a.trial_id, "not started: the agent is shutting down")
             return
@@ -378,12 +431,16 @@ class Agent:
         by its previous process): report it preempted so the control plane requeues it now
         instead of waiting for a start or an end that never comes. If the report is lost,
         the control plane finds the trial missing from the heartbeats and requeues it."""
-        assert self.agent_id is not None
+        if self.agent_id is None:
+            return  # fenced by an earlier refusal: nothing is taken any more
         log.info("handing trial %s back: %s", trial_id, why)
         status = TrialStatus(trial_id=trial_id, state=AgentTrialState.PREEMPTED, message=why)
         try:
             self.client.trial_status(self.agent_id, status)
-        except (Unreachable, ControlPlaneError) as exc:
+        except ControlPlaneError as exc:
+            if not self._fenced("hand-back of " + trial_id, exc):
+                log.warning("hand-back of %s not delivered (%s)", trial_id, exc)
+        except Unreachable as exc:
             log.warning("hand-back of %s not delivered (%s)", trial_id, exc)
 
     def _fence(self, now: float) -> None:

@@ -34,8 +34,10 @@ class DeadMansSwitch:
         self._last_contact = clock.monotonic()
         self.fired = False
 
-    def contact(self) -> None:
-        self._last_contact = self._clock.monotonic()
+    def contact(self, at: float | None = None) -> None:
+        """The control plane answered; ``at``: when the answered request was sent (monotonic),
+        now if not given."""
+        self._last_contact = self._clock.monotonic() if at is None else at
 
     def silent_for(self) -> float:
         return self._clock.monotonic() - self._last_contact

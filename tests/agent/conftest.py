@@ -84,6 +84,8 @@ class FakeControlPlane:
         }
     )
     register_status: int = 200
+    # Path suffix ("/status", "/logs", "/heartbeat") -> (status, message) to refuse with.
+    refusals: dict[str, tuple[int, str]] = field(default_factory=dict)
     heartbeat_replies: list[dict[str, Any]] = field(default_factory=list)
     down: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -111,6 +113,9 @@ class FakeControlPlane:
     def reply(self, path: str, body: Any) -> tuple[int, Any]:
         if self.down:
             return 503, {"message": "down"}
+        for suffix, (status, message) in self.refusals.items():
+            if path.endswith(suffix):
+                return status, {"message": message}
         if path == "/agents/register":
             if self.register_status != 200:
                 return self.register_status, {"message": "refused"}

@@ -220,7 +220,7 @@ def test_timers_run_the_schedule_and_idle_reap_handlers(client: Client, cluster:
     )
     assert client.lambda_.invoke("schedule_timer", tick).payload == {"batchItemFailures": []}
     reaped = client.lambda_.invoke("idle_reap_timer", tick).payload
-    assert reaped == {"drained": [], "undrained": [], "terminated": [], "stopped": []}
+    assert reaped == {"drained": [], "undrained": [], "terminated": [], "stopped": [], "lost": []}
 
 
 # ---- packaging ---------------------------------------------------------------------------

@@ -25,7 +25,7 @@ class Deadlines:
     reap_period_s: float = 60.0
     reconcile_period_s: float = 120.0
     starting_s: float = 300.0  # the pool's max_agent_starting_period
-    lost_s: float = 90.0 + 300.0  # heartbeat timeout + lost grace
+    lost_s: float = 90.0  # heartbeat timeout: declared lost and terminated in the same pass
     slack_s: float = 30.0  # the soak's step, a delivery in flight
 
 
@@ -151,7 +151,7 @@ def billing(
         elif fate.startswith("silent-since:"):
             silent = float(fate.split(":", 1)[1])
             deadline = max(deadline, silent + d.lost_s + d.reconcile_period_s + d.slack_s)
-        elif fate.startswith("silent-until:"):  # LOST, then back: its idle time restarts
+        elif fate.startswith("silent-until:"):  # back before it was declared lost (or refused)
             back = float(fate.split(":", 1)[1]) + d.reconcile_period_s
             deadline = max(deadline, back + d.idle_s + d.reap_period_s + d.slack_s)
         gone = life.gone_at if life.gone_at is not None else end

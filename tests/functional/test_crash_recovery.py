@@ -167,13 +167,13 @@ def test_instances_that_are_not_ours_are_never_described_tagged_or_terminated(
 
     every_pass()
     # Past the idle period (the reaper drains, then terminates our agent), then past every
-    # other deadline: orphan grace, request timeout, heartbeat timeout, lost grace.
+    # other deadline: orphan grace, request timeout, heartbeat timeout.
     reconcile = corral.ctx.settings.reconcile
     for advance in (
         MAX_IDLE_S + 1,
         0.0,
         reconcile.orphan_grace_s + reconcile.request_timeout_s,
-        reconcile.lost_grace_s + 1,
+        reconcile.heartbeat_timeout_s + 1,
         0.0,
     ):
         corral.clock.advance(advance)

@@ -8,7 +8,8 @@ when too large or too deep (``http_events.parse_json_body``, the resolver's JSON
 ``app.build_resolver``), raising ``BodyRefused``.
 
 The agent runtime acts on these statuses: 403/404/409 to a register or heartbeat stop the
-agent (409 also shuts its instance down), 422 to a register is "unhealthy", 5xx is retried.
+agent (409, to any agent call, also shuts its instance down), 410 to a trial's status or
+logs makes it forget the trial, 422 to a register is "unhealthy", 5xx is retried.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from corral.api.schemas.public import ErrorBody, FieldError
 from corral.domain.config import ConfigError
 from corral.domain.errors import (
     ConflictError,
+    Ended,
     Forbidden,
     NotFoundError,
     Refused,
@@ -59,7 +61,8 @@ REFUSAL_STATUS: dict[type[Refused], int] = {
     # (not its owner nor an admin); an admin-only action by a non-admin.
     Forbidden: 403,
     NotFoundError: 404,  # no such record (an instance Corral never launched, a trial id)
-    ShutDown: 409,  # the agent's instance is being shut down: the agent stops
+    ShutDown: 409,  # the agent's instance is being shut down, gone or lost: the agent stops
+    Ended: 410,  # a write about a trial that has ended: the agent forgets the trial
     Unhealthy: 422,  # an agent short of GPUs (or that says so): its instance is terminated
     RetryLater: 503,  # nothing applied, the records kept changing: the agent retries
 }

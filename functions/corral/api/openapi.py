@@ -37,6 +37,7 @@ _DESCRIPTIONS = {
     403: "The caller may not do this (wrong kind of caller, or another instance's records)",
     404: "No such record",
     409: "The record changed concurrently, or its state forbids this; retry or give up",
+    410: "The trial has ended: nothing more is recorded for it",
     413: "The request body is over the size limit (named in the message)",
     415: "The request body is not application/json",
     422: "Invalid input; errors[].field names each wrong field",

@@ -3,7 +3,10 @@
 Each route takes the instance id the caller PROVED (``Deps.agent``), never one it claims, and
 the services check every agent id and trial against it (``services.agents.placed_here``): an
 agent can only act on its own record and on trials placed on it (403 otherwise; the statuses
-come from the one table in ``api.errors``).
+come from the one table in ``api.errors``). Every write is fenced too
+(``corral.domain.agent_fence``): from an instance that is not IDLE, BUSY, DRAINING or STOPPING it is
+refused with 409 (the agent shuts down), about a trial that has ended with 410 (the agent
+forgets the trial), and nothing is written.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
         route(TRIAL_STATUS),
         tags=[TAG],
         summary="A trial changed state on the agent",
-        responses=errors(404, 409, 422),
+        responses=errors(404, 409, 410, 422),
     )
     def trial_status(agent_id: str, trial_id: str, body: wire.TrialStatus) -> StatusApplied:
         cloud_id = deps.agent()
@@ -68,7 +71,7 @@ def register(app: APIGatewayHttpResolver, deps: Deps) -> None:
         route(TRIAL_LOGS),
         tags=[TAG],
         summary="Append a batch of a trial's log lines (idempotent per seq)",
-        responses=errors(404, 422),
+        responses=errors(404, 409, 410, 422),
     )
     def trial_logs(agent_id: str, trial_id: str, body: wire.LogBatch) -> Accepted:
         cloud_id = deps.agent()

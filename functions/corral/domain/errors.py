@@ -79,7 +79,14 @@ class Forbidden(Refused):
 
 
 class ShutDown(Refused):
-    """The caller's instance is being shut down (or is gone): it must stop, not retry."""
+    """The caller's instance is being shut down (or is gone, or was declared lost): it must
+    stop, not retry. Every agent write from such an instance is refused with it
+    (``corral.domain.agent_fence``)."""
+
+
+class Ended(Refused):
+    """The trial the caller writes about has ended (COMPLETED, FAILED, CANCELLED): nothing
+    more is recorded for it. The agent forgets the trial and does not send the write again."""
 
 
 class Unhealthy(Refused):

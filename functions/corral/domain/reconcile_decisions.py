@@ -33,10 +33,11 @@ class ReconcileSettings:
     request_timeout_s: float = 600.0
     # An open spot request that has not filled: give the offering up, try another.
     spot_open_timeout_s: float = 300.0
-    # Agents heartbeat every few seconds; 90 s of silence is several missed beats.
+    # Silent this long, an agent is LOST: its trials are requeued and its instance
+    # terminated. The agent stops its trials once out of contact for ``fence_after_s``
+    # (``ServiceSettings``, derived from this), and they are gone a stop grace later, so they
+    # never run in two places; see docs/reliability.md, "Agent death to requeue".
     heartbeat_timeout_s: float = 90.0
-    # A LOST agent may reconnect within this (network blip, agent restart).
-    lost_grace_s: float = 300.0
     # Consecutive boot failures that open a pool's circuit breaker (Ray 5, ParallelCluster
     # 10). The service passes it to ``backoff.on_boot_failure``.
     breaker_threshold: int = 5
@@ -137,16 +138,11 @@ class FailAllocation(RecordDecision):
 
 @dataclass(frozen=True, slots=True)
 class MarkLost(RecordDecision):
-    """Heartbeats stopped: -> LOST. The service preempts the agent's trials."""
+    """Heartbeats stopped: -> LOST. The service requeues the agent's trials and terminates
+    the instance in the same pass: a LOST instance is fenced (``domain.agent_fence``), its
+    agent can never take work again, so there is nothing to wait for."""
 
     target: ClassVar[InstanceState] = IS.LOST
-
-
-@dataclass(frozen=True, slots=True)
-class Recover(RecordDecision):
-    """A LOST agent heartbeats again, with nothing running: LOST -> IDLE."""
-
-    target: ClassVar[InstanceState] = IS.IDLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +186,6 @@ Decision = (
     | Requeue
     | FailAllocation
     | MarkLost
-    | Recover
     | MarkStopped
     | TerminateCloud
     | StopCloud

@@ -21,8 +21,9 @@ Rules, each emitting one decision type with a reason (see ``reconcile_decisions`
    ``spot_open_timeout_s`` -> CancelSpotRequest (offering marked unavailable) + Requeue, not
    counted as a failure. A closed/failed request that left nothing -> Requeue. Any other open
    request (record gone, terminal, or an earlier attempt's) -> CancelSpotRequest.
-7. IDLE/BUSY/DRAINING silent for ``heartbeat_timeout_s`` -> MarkLost; LOST past
-   ``lost_grace_s`` -> Terminate; LOST with a fresh heartbeat, nothing running -> Recover.
+7. IDLE/BUSY/DRAINING silent for ``heartbeat_timeout_s`` -> MarkLost (``agent_liveness``;
+   the service terminates it in the same pass); LOST -> Terminate (a LOST instance is fenced
+   and never comes back: only a pass that died between the two writes leaves one).
 8. An owned instance the cloud reports stopped or stopping -> TerminateCloud, unless its
    record keeps it in the warm pool (rule 10).
 9. TERMINATING and still listed -> TerminateCloud again (idempotent); gone -> rule 1.
@@ -44,21 +45,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from corral.domain.agent_liveness import lost_agent
 from corral.domain.backoff import can_retry
 from corral.domain.cloud_view import CloudInstance, CloudState, SpotRequest, SpotRequestState
-from corral.domain.instance import INSTANCE_MACHINE, Instance, InstanceState
+from corral.domain.instance import Instance, InstanceState
 from corral.domain.policy import PoolPolicy
 from corral.domain.reconcile_decisions import (
     Adopt,
     CancelSpotRequest,
     Decision,
     FailAllocation,
-    MarkLost,
     MarkStopped,
     MarkTerminated,
     ReconcilePlan,
     ReconcileSettings,
-    Recover,
     Requeue,
     StopCloud,
     Terminate,
@@ -306,30 +306,13 @@ def _starting(p: _Pass, r: Instance, pool: PoolPolicy) -> list[Decision]:
 
 
 def _heartbeat(p: _Pass, r: Instance) -> list[Decision]:
-    beat = p.heartbeats.get(r.id)
-    seen = [t for t in (beat.at if beat else None, r.registered_at) if t is not None]
-    last = max(seen) if seen else (r.entered_at(r.state) or r.created_at)
-    silent = p.now - last
-    if silent <= p.settings.heartbeat_timeout_s or not INSTANCE_MACHINE.allows(r.state, IS.LOST):
-        return []
-    return [MarkLost(r, f"no heartbeat for {silent:.0f}s")]
+    lost = lost_agent(r, p.heartbeats.get(r.id), p.now, p.settings.heartbeat_timeout_s)
+    return [] if lost is None else [lost]
 
 
 def _lost(p: _Pass, r: Instance) -> list[Decision]:
     lost_at = r.entered_at(IS.LOST) or r.created_at
-    beat = p.heartbeats.get(r.id)
-    fresh = (
-        beat is not None and lost_at < beat.at and p.now - beat.at <= p.settings.heartbeat_timeout_s
-    )
-    # Back with trials still running (requeued elsewhere meanwhile) is not recovered: the
-    # heartbeat reply tells the agent to stop them; recover on a later pass, or terminate
-    # after the grace.
-    if fresh and beat is not None and not beat.trials and not r.allocations:
-        return [Recover(r, "heartbeats resumed with nothing running")]
-    gone_for = p.now - lost_at
-    if gone_for > p.settings.lost_grace_s:
-        return [Terminate(r, f"lost for {gone_for:.0f}s (grace {p.settings.lost_grace_s:.0f}s)")]
-    return []
+    return [Terminate(r, f"lost {p.now - lost_at:.0f}s ago: its agent is fenced")]
 
 
 def _for_unaccounted_instance(p: _Pass, ci: CloudInstance) -> None:

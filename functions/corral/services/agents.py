@@ -2,8 +2,19 @@
 
 The caller (the API handler) has already verified the agent's identity document and passes
 the cloud id it proves; every call is checked against the record it names, so an agent can
-only ever act on its own record and the trials placed on it (``placed_here``). Refusals are
-the domain's (``corral.domain.errors``); the API maps them to HTTP statuses.
+only ever act on its own record and the trials placed on it (``placed_here``). Proof of
+identity is not enough: an instance's credentials outlive it, so every write is also
+fenced (``corral.domain.agent_fence``): refused from an instance that is not IDLE, BUSY,
+DRAINING or STOPPING, and about a trial that has ended, before anything is written. Refusals are the
+domain's (``corral.domain.errors``); the API maps them to HTTP statuses.
+
+Check, then write: the checks read the records by id (consistent reads), so a write that
+starts after a fence was committed is refused. A status report commits its trial
+conditionally on the version it checked, and every move that fences an instance holding a
+trial (lost, terminated) writes that trial in the same commit, so a report racing the fence
+loses and is checked again. Log lines and metric points are not conditional writes: one
+that passed its checks just before the fence lands, as if it had arrived just before (it
+comes from the live agent that ran the trial); none passes after.
 """
 
 from __future__ import annotations
@@ -12,9 +23,11 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 
+from corral.domain.agent_fence import check_instance, check_late_lines, check_trial
 from corral.domain.backoff import on_boot_failure, on_registration
 from corral.domain.errors import (
     ConflictError,
+    Ended,
     Forbidden,
     NotFoundError,
     RetryLater,
@@ -61,7 +74,7 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
             )
         if record.state in (InstanceState.IDLE, InstanceState.BUSY):
             updated = replace(record, address=request.private_ip or record.address)
-        elif record.state in (InstanceState.ALLOCATED, InstanceState.LOST):
+        elif record.state is InstanceState.ALLOCATED:
             if request.unhealthy_reason or len(request.gpus) < record.slots:
                 _reject_unhealthy(ctx, record, len(request.gpus), request.unhealthy_reason)
             updated = replace(
@@ -72,7 +85,11 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
                 address=request.private_ip,
             )
         else:
-            raise ShutDown(f"instance record {record.id} is {record.state.value}: shut down")
+            # LOST included: its trials were requeued and it is being terminated (its agent
+            # fenced them already); a process that comes back there must not take work.
+            raise ShutDown(
+                f"instance {request.cloud_id} is {record.state.value}: its writes are refused"
+            )
         state = ctx.store.pool_state(record.pool)
         fresh = on_registration(state)
         ctx.store.commit([updated] if fresh is state else [updated, fresh])
@@ -163,26 +180,38 @@ def _own_record(ctx: Context, agent_id: str, proven_cloud_id: str) -> Instance:
     return record
 
 
+def _live_record(ctx: Context, agent_id: str, proven_cloud_id: str) -> Instance:
+    """The agent's own record, if its agent may still write (``ShutDown`` otherwise)."""
+    record = _own_record(ctx, agent_id, proven_cloud_id)
+    check_instance(record)
+    return record
+
+
 def placed_here(
-    ctx: Context, agent_id: str, proven_cloud_id: str, trial_id: str
+    ctx: Context, agent_id: str, proven_cloud_id: str, trial_id: str, *, ended_ok: bool = False
 ) -> tuple[Instance, Trial]:
     """The agent's record and a trial it may act on: one placed on it at some point
-    (``ran_on``). A trial that has since moved on still passes, because the agent may learn
-    of the move only from the heartbeat reply. The record is checked first, so another
-    instance's agent learns nothing about trials (Forbidden before any NotFoundError)."""
-    record = _own_record(ctx, agent_id, proven_cloud_id)
+    (``ran_on``) that has not ended. A trial that has since moved on still passes, because
+    the agent may learn of the move only from the heartbeat reply (its run's last log lines
+    are real); a status about it is ignored (``report_trial_status``). The record is checked
+    first, so another instance's agent learns nothing about trials (Forbidden before any
+    NotFoundError), then the fence (``ShutDown``), then the trial (``Ended`` last: only the
+    agents it ran on learn that it ended; ``ended_ok`` leaves that check to the caller)."""
+    record = _live_record(ctx, agent_id, proven_cloud_id)
     trial = ctx.store.get_trial(trial_id)
     if trial is None:
         raise NotFoundError(f"no trial {trial_id}")
     if record.id not in trial.ran_on:
         raise Forbidden(f"trial {trial_id} was never placed on {agent_id}")
+    if not ended_ok:
+        check_trial(trial)
     return record, trial
 
 
 def heartbeat(
     ctx: Context, agent_id: str, proven_cloud_id: str, request: HeartbeatRequest
 ) -> HeartbeatResponse:
-    record = _own_record(ctx, agent_id, proven_cloud_id)
+    record = _live_record(ctx, agent_id, proven_cloud_id)  # nothing is written otherwise
     now = ctx.clock.now()
     ctx.store.put_heartbeat(
         Heartbeat(
@@ -207,8 +236,9 @@ def heartbeat(
     # Metrics first: observations on their own records, never a trial's version.
     retry = store_metrics(ctx, record, request.metrics) if request.metrics else []
     for status in request.trials:
-        # A heartbeat lists what runs there; a trial never placed here is only told to stop.
-        with contextlib.suppress(Forbidden, NotFoundError):
+        # A heartbeat lists what runs there; a trial never placed here, or one that has
+        # ended, is only told to stop (and a finished run is acknowledged, so forgotten).
+        with contextlib.suppress(Forbidden, NotFoundError, Ended):
             report_trial_status(ctx, agent_id, proven_cloud_id, status)
     record = _own_record(ctx, agent_id, proven_cloud_id)
     if _settle_unreported(ctx, record, {t.trial_id for t in request.trials}):
@@ -285,9 +315,9 @@ def _orders(ctx: Context, record: Instance, reported: Sequence[TrialStatus]) -> 
 def report_trial_status(
     ctx: Context, agent_id: str, proven_cloud_id: str, status: TrialStatus
 ) -> Trial | None:
-    """Apply what the agent saw happen to a trial placed on it (``placed_here``: Forbidden or
-    NotFoundError otherwise). Reports about trials that have moved on since are ignored (the
-    heartbeat reply tells the agent to stop them)."""
+    """Apply what the agent saw happen to a trial placed on it (``placed_here``: Forbidden,
+    NotFoundError, ShutDown or Ended otherwise). Reports about trials that have moved on
+    since are ignored (the heartbeat reply tells the agent to stop them)."""
 
     def step() -> Trial | None:
         record, trial = placed_here(ctx, agent_id, proven_cloud_id, status.trial_id)
@@ -423,7 +453,11 @@ def _user_error(
 def append_logs(
     ctx: Context, agent_id: str, proven_cloud_id: str, trial_id: str, batch: LogBatch
 ) -> int:
-    placed_here(ctx, agent_id, proven_cloud_id, trial_id)
+    _, trial = placed_here(ctx, agent_id, proven_cloud_id, trial_id, ended_ok=True)
+    if batch.lines:
+        # The terminal status may overtake the last batch: lines up to the end it announced
+        # are still taken; a batch reaching beyond it is refused whole.
+        check_late_lines(trial, max(line.seq for line in batch.lines))
     ctx.store.append_logs(
         [LogLine(trial_id, line.seq, line.at, line.line, line.stream) for line in batch.lines]
     )

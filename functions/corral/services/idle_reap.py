@@ -1,9 +1,11 @@
-"""The idle reaper (timer): drain agents idle past max_idle_agent_period, confirm them
-empty, terminate them; longest idle first, never below min_instances, never a busy agent,
-never one the pending demand counts on. In pools with ``consolidate``, each pass also
-empties at most one under-used agent by moving its checkpointed trials to free GPUs
-elsewhere, and in every spot pool (unless ``move_fallback_to_spot`` is off) one on-demand
-fallback agent once spot is back (``corral.domain.consolidation``)."""
+"""The idle reaper (timer): declare lost the agents silent past the heartbeat timeout (as
+reconcile does, but every minute: ``services.shared.lost_agents``), drain agents idle past
+max_idle_agent_period, confirm them empty, terminate them; longest idle first, never below
+min_instances, never a busy agent, never one the pending demand counts on. In pools with
+``consolidate``, each pass also empties at most one under-used agent by moving its
+checkpointed trials to free GPUs elsewhere, and in every spot pool (unless
+``move_fallback_to_spot`` is off) one on-demand fallback agent once spot is back
+(``corral.domain.consolidation``)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from corral.services.shared.instance_removal import (
     terminate,
     wake_scheduler,
 )
+from corral.services.shared.lost_agents import declare_silent_agents
 from corral.services.shared.service_context import Context
 
 
@@ -35,6 +38,7 @@ class ReapReport:
     undrained: list[str] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)  # into the warm pool
+    lost: list[str] = field(default_factory=list)  # silent agents: trials requeued, terminated
     consolidated: list[str] = field(default_factory=list)  # agents drained to move work off
 
 
@@ -42,9 +46,12 @@ def run_idle_reap(ctx: Context) -> ReapReport:
     report = ReapReport()
     now = ctx.clock.now()
     live = ctx.store.instances(states=LIVE_STATES)
+    heartbeats = ctx.store.heartbeats([i.id for i in live])
+    report.lost = declare_silent_agents(ctx, live, heartbeats)
+    if report.lost:  # on their way out, and their trials wait again: plan without them
+        live = ctx.store.instances(states=LIVE_STATES)
     waiting = ctx.store.trials(states={TrialState.PENDING, TrialState.PREEMPTED})
     _, plans = plan_all(ctx, waiting, live)
-    heartbeats = ctx.store.heartbeats([i.id for i in live])
     # A heartbeat this recent that reports nothing confirms an agent empty at once.
     fresh_after = now - 3 * ctx.settings.heartbeat_interval_s
     # Pools removed from the config while they still hold instances are wound down.
@@ -85,7 +92,7 @@ def run_idle_reap(ctx: Context) -> ReapReport:
             elif terminate(ctx, decision.apply(now), EventKind.INSTANCE_TERMINATED):
                 report.terminated.append(decision.instance.id)
     _consolidate(ctx, live, waiting, report)
-    freed = report.terminated or report.stopped
+    freed = report.terminated or report.stopped or report.lost
     if report.undrained or (freed and any(p.unserved for p in plans.values())):
         # Taken-back agents get work now; freed room under max_instances gets a launch now.
         wake_scheduler(ctx, "the reaper changed the fleet the pending demand waits for")

@@ -23,12 +23,8 @@ from corral.domain.retired_pools import with_retired
 from corral.ports.commands import LaunchInstance, send
 from corral.ports.store import retry_on_conflict
 from corral.services.shared.instance_events import log_instance_event
-from corral.services.shared.instance_removal import (
-    mark_terminated,
-    take_away,
-    terminate,
-    wake_scheduler,
-)
+from corral.services.shared.instance_removal import mark_terminated, terminate
+from corral.services.shared.lost_agents import declare_lost
 from corral.services.shared.service_context import Context
 from corral.services.trial_deadlines import settle_overdue_trials
 
@@ -102,8 +98,7 @@ def _apply(ctx: Context, decision: rd.Decision) -> None:
         case rd.MarkTerminated():
             mark_terminated(ctx, decision.apply(now))
         case rd.MarkLost():
-            take_away(ctx, decision.apply(now), decision.reason)
-            _event(ctx, EventKind.AGENT_LOST, decision)
+            declare_lost(ctx, decision)  # trials requeued, instance terminated
         case rd.Terminate():
             terminate(ctx, decision.apply(now), EventKind.INSTANCE_TERMINATING)
         case rd.Requeue():
@@ -130,10 +125,6 @@ def _apply(ctx: Context, decision: rd.Decision) -> None:
                 return
             ctx.cloud.stop([decision.cloud_id])
             _cloud_event(ctx, EventKind.INSTANCE_STOPPED, decision, decision.cloud_id)
-        case rd.Recover():
-            ctx.store.commit([decision.apply(now)])
-            _event(ctx, EventKind.AGENT_REGISTERED, decision)
-            wake_scheduler(ctx, f"{decision.record.id} is back")
         case rd.TerminateCloud():
             ctx.cloud.terminate([decision.cloud_id])
             record = ctx.store.get_instance(decision.record_id) if decision.record_id else None

@@ -3,8 +3,10 @@
 Each (trial, kind) series is read, merged with the new points (``domain.metrics.merge``:
 duplicates dropped by seq, bounded, downsampled) and written back conditioned on its own
 revision, never on the trial's version: metrics never make a scheduler write lose a race.
-An agent may only add points to trials that were placed on it (``ran_on``); points for
-other trials are dropped without a word, as a report about a stranger's trial would be.
+An agent may only add points to trials that were placed on it (``ran_on``) and have not
+ended (the stale-instance fence, ``corral.domain.agent_fence``; the heartbeat that carries
+them has fenced the instance already); points for other trials are dropped without a word,
+as a report about a stranger's trial would be, and are not asked for again.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def store_metrics(ctx: Context, record: Instance, reports: Sequence[TrialMetrics
     retry: list[str] = []
     for report in reports:
         trial = ctx.store.get_trial(report.trial_id)
-        if trial is None or record.id not in trial.ran_on:
+        if trial is None or record.id not in trial.ran_on or not trial.is_active:
             continue
         try:
             for kind, points in _by_kind(report.points).items():

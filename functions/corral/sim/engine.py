@@ -368,10 +368,11 @@ class Engine:
                     self.workers.heartbeat(idle)
             if self._consolidating or self._fallback_alive():
                 self._report_checkpoints()
+            self._keep_alive(now)
             self._freed = False
             report = run_idle_reap(self.ctx)
             self._last_reap = now
-            for record_id in [*report.terminated, *report.stopped]:
+            for record_id in [*report.terminated, *report.stopped, *report.lost]:
                 self.workers.kill(self.workers.by_record.get(record_id, ""), now)
             for record_id in report.consolidated:
                 # Its next heartbeat (within 30 s on a real agent) says stop: the trials
@@ -390,6 +391,18 @@ class Engine:
             if (agent is not None and not agent.alive) or found is None or found.state.is_gone:
                 self._fallback_agents.discard(cloud_id)
         return bool(self._fallback_agents)
+
+    def _keep_alive(self, now: float) -> None:
+        """Every live agent beats every 5 s, and the reaper declares lost one silent past
+        the heartbeat timeout: the busy agents nothing made beat for that long beat now (a
+        real one would have many times over)."""
+        stale = now - self.ctx.settings.reconcile.heartbeat_timeout_s / 2
+        agents = {a.agent_id: a for a in self.workers.alive() if a.agent_id is not None}
+        beats = self.store.heartbeats(list(agents))
+        for agent_id, agent in agents.items():
+            beat = beats.get(agent_id)
+            if beat is None or beat.at < stale:
+                self.workers.heartbeat(agent)
 
     def _report_checkpoints(self) -> None:
         """Busy agents with free GPUs heartbeat (a real agent does every 30 s), so the reaper

@@ -22,7 +22,6 @@ from corral.domain.reconcile_decisions import (
     ReconcilePlan,
     ReconcileSettings,
     RecordDecision,
-    Recover,
     Requeue,
     StopCloud,
     Terminate,
@@ -280,18 +279,16 @@ def test_agent_without_heartbeats_is_timed_from_its_registration() -> None:
     assert isinstance(only(run([record], [listed(record)])), MarkLost)
 
 
-def test_lost_past_the_grace_is_terminated() -> None:
-    record = make_instance(IS.LOST, entered_at=NOW - S.lost_grace_s - 1)
-    decision = only(run([record], [listed(record)]))
+@pytest.mark.parametrize("beat", [None, "fresh", "fresh with a trial"])
+def test_lost_is_terminated_at_once_whatever_it_says(beat: str | None) -> None:
+    # The service terminates a LOST instance in the pass that marks it; one left LOST (that
+    # pass died in between) goes on the next pass. A LOST instance is fenced: heartbeats are
+    # refused, so none can bring it back (there used to be a 300 s grace and a Recover).
+    record = make_instance(IS.LOST, entered_at=NOW - 1)
+    trials = ("t1",) if beat == "fresh with a trial" else ()
+    beats = {record.id: make_heartbeat(record, NOW, trials=trials)} if beat else {}
+    decision = only(run([record], [listed(record)], heartbeats=beats))
     assert isinstance(decision, Terminate) and not decision.boot_failure
-
-
-def test_lost_agent_heartbeating_again_with_nothing_running_is_recovered() -> None:
-    record = make_instance(IS.LOST, entered_at=NOW - 60)
-    decision = only(run([record], [listed(record)], heartbeats=alive(record)))
-    assert isinstance(decision, Recover) and decision.apply(NOW).state is IS.IDLE
-    busy = {record.id: make_heartbeat(record, NOW, trials=("t1",))}
-    assert run([record], [listed(record)], heartbeats=busy).decisions == ()
 
 
 # ---- rules 8 and 9 -------------------------------------------------------------------------

@@ -42,7 +42,6 @@ EXPECTED_INSTANCE_EDGES = {
     (IS.IDLE, IS.LOST),
     (IS.BUSY, IS.LOST),
     (IS.DRAINING, IS.LOST),
-    (IS.LOST, IS.IDLE),
     (IS.LOST, IS.TERMINATING),
     (IS.TERMINATING, IS.TERMINATED),
     # any state holding an instance -> TERMINATED (the cloud says it is gone)

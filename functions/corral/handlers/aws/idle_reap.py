@@ -29,6 +29,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "undrained": report.undrained,
         "terminated": report.terminated,
         "stopped": report.stopped,
+        "lost": report.lost,
     }
     logger.info("idle reap pass", extra=summary)
     return summary

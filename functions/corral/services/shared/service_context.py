@@ -85,6 +85,11 @@ class SequentialIds:
         return f"{prefix}-{self.counter:06d}"
 
 
+# The agent's default SIGTERM-to-SIGKILL grace (``AgentConfig.stop_grace_s``): a fenced
+# trial is gone this long after its agent starts stopping it.
+AGENT_STOP_GRACE_S = 30.0
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     """Fixed timings and limits of the control plane, not configuration: every runtime
@@ -103,13 +108,18 @@ class ServiceSettings:
 
     @property
     def fence_after_s(self) -> float:
-        """How long an agent out of contact keeps its trials running. The reconciler marks
-        an agent silent for ``heartbeat_timeout_s`` LOST and its trials run elsewhere after
-        that; the agent stops them (checkpoint, then SIGKILL after its 30 s stop grace) early
-        enough that they are gone by then, a partitioned agent included."""
-        stop_grace_s = 30.0
+        """How long an agent out of contact keeps its trials running (50 s by default). An
+        agent silent for ``heartbeat_timeout_s`` is declared LOST and its trials run
+        elsewhere at once; the agent, timing its silence from its last answered heartbeat's
+        request (never later than the control plane's record of it), stops them early enough
+        that they are gone by then, a partitioned agent included:
+
+            heartbeat_timeout_s = fence_after_s + AGENT_STOP_GRACE_S + 2 heartbeat intervals
+
+        The two intervals cover the agent's loop (it checks once a tick) and the SIGKILL's
+        own tick. docs/reliability.md, "Agent death to requeue", has the whole budget."""
         margin = 2 * self.heartbeat_interval_s
-        return max(self.reconcile.heartbeat_timeout_s - stop_grace_s - margin, margin)
+        return max(self.reconcile.heartbeat_timeout_s - AGENT_STOP_GRACE_S - margin, margin)
 
     # Where checkpoints go when the experiment names no checkpoint_storage.
     default_checkpoint_uri: str = "file:///tmp/corral-checkpoints"
