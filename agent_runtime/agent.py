@@ -17,7 +17,7 @@ from importlib import metadata
 
 from agent_runtime.client import ControlPlaneClient, ControlPlaneError, Unreachable
 from agent_runtime.clock import Clock, Sleeper
-from agent_runtime.config import AgentConfig
+from agent_runtime.config import ROLE_ARN, AgentConfig
 from agent_runtime.deadman import DeadMansSwitch, Runner
 from agent_runtime.executors import Executor
 from agent_runtime.gpus import gpu_metrics
@@ -215,6 +215,11 @@ class Agent:
             self.deadman.timeout_s = reply.dead_man_switch_s
         self.deadman.contact()
         self._setup_cloudwatch()
+        if self.credentials is not None and reply.trial_role_arn:
+            if ROLE_ARN.match(reply.trial_role_arn):
+                self.credentials.adopt_role(reply.trial_role_arn)
+            else:
+                log.warning("ignoring trial_role_arn %r: not a role ARN", reply.trial_role_arn)
         log.info("registered as %s with %d GPU(s)", self.agent_id, len(self.gpus))
 
     def _recover_metrics(self) -> None:
@@ -369,7 +374,7 @@ class Agent:
             except OSError as exc:  # the trial runs anyway; its metrics go nowhere
                 log.warning("no metrics file for %s: %s", a.trial_id, exc)
         spec = launch_spec(a, self.config, self.agent_id, self.executor.in_container, metrics_file)
-        if self.credentials is not None:
+        if self.credentials is not None and self.credentials.ready:
             scope = TrialScope(a.trial_id, a.experiment_id, a.checkpoint.storage_uri)
             spec = replace(spec, credentials=self.credentials.grant(scope))
         run = TrialRun(a, spec, self.executor, lambda s, line: self.logs.add(a.trial_id, s, line))

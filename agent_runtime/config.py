@@ -28,7 +28,7 @@ DEFAULT_PATH = Path("/etc/corral/agent.yaml")
 
 AuthMode = Literal["dev", "gce", "aws"]
 CloudKind = Literal["ec2", "gce", "dev"]
-_ROLE_ARN = re.compile(r"^arn:[a-z-]+:iam::\d{12}:role/[\w+=,.@/-]+$")
+ROLE_ARN = re.compile(r"^arn:[a-z-]+:iam::\d{12}:role/[\w+=,.@/-]+$")
 
 
 class AgentConfig(BaseModel):
@@ -121,7 +121,7 @@ class AgentConfig(BaseModel):
     @field_validator("trial_role_arn")
     @classmethod
     def _role_arn(cls, value: str | None) -> str | None:
-        if value is not None and not _ROLE_ARN.match(value):
+        if value is not None and not ROLE_ARN.match(value):
             raise ValueError(f"trial_role_arn: not an IAM role ARN: {value!r}")
         return value
 

@@ -61,9 +61,9 @@ def trial_credentials(
     config: AgentConfig, identity: InstanceIdentity, executor: Executor, sts: Any = None
 ) -> CredentialServer | None:
     """The trial-credentials endpoint, listening on loopback and on the trials' bridge
-    gateway, or None when the deployment names no trial role (``trial_role_arn``)."""
-    if not config.trial_role_arn:
-        log.info("no trial_role_arn: trials get no AWS credentials from the agent")
+    gateway: with ``trial_role_arn``, or on EC2, where the control plane names the role at
+    registration (until it does, and if it never does, trials get no credentials)."""
+    if not config.trial_role_arn and config.resolved_cloud != "ec2":
         return None
     if sts is None:
         import boto3  # the agent's own credentials: the instance role, from IMDS
@@ -99,7 +99,7 @@ def apply_metadata_guard(
         bridge_gateway=credentials.bridge_address if credentials else None,
         credentials_port=credentials.port if credentials else None,
     )
-    return guard(config.metadata_guard, config.resolved_cloud, rules, runner or run_command)
+    return guard(config, rules, runner or run_command)
 
 
 def build_agent(

@@ -40,11 +40,14 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from agent_runtime.config import AgentConfig
+
 log = logging.getLogger(__name__)
 
 METADATA_ADDRESS = "169.254.169.254/32"
 ECS_CREDENTIALS = "169.254.170.2/32"
 SYSTEM_SLICE = "system.slice"
+REAL_METADATA_URLS = {"http://169.254.169.254", "http://metadata.google.internal"}
 REJECT = ("-j", "REJECT")
 
 # (argv) -> (exit code, stderr); injected so tests see the commands without running them.
@@ -146,24 +149,26 @@ def run_command(argv: Sequence[str]) -> tuple[int, str]:
     return done.returncode, done.stderr.strip()
 
 
-def active(mode: str, cloud: str) -> bool:
-    """Whether the guard applies: ``auto`` on cloud instances only (a developer's machine
-    keeps its firewall and its Docker cgroups as they are)."""
-    return mode == "enforce" or (mode == "auto" and cloud in ("ec2", "gce"))
+def active(config: AgentConfig) -> bool:
+    """Whether the guard applies: ``auto`` on cloud instances only, told by the metadata
+    service being the real link-local one. A developer's machine (``dev``, or the local
+    stack's emulated instances, whose metadata service is on loopback) keeps its firewall
+    and its Docker cgroups as they are."""
+    if config.metadata_guard != "auto":
+        return config.metadata_guard == "enforce"
+    cloud = config.resolved_cloud
+    url = config.ec2_metadata_url if cloud == "ec2" else config.gce_metadata_url
+    return cloud in ("ec2", "gce") and url.rstrip("/") in REAL_METADATA_URLS
 
 
-def guard(
-    mode: str,
-    cloud: str,
-    rules: Sequence[Rule],
-    run: Runner = run_command,
-) -> list[list[str]]:
+def guard(config: AgentConfig, rules: Sequence[Rule], run: Runner = run_command) -> list[list[str]]:
     """Apply the rules as ``metadata_guard`` says: ``off`` never; ``auto`` on ec2/gce,
-    warning when they cannot be applied; ``enforce`` always, raising GuardError if not."""
-    if not active(mode, cloud):
+    logging each rule that cannot be applied; ``enforce`` always, raising GuardError if
+    any cannot."""
+    if not active(config):
         return []
     applied, problems = apply_rules(rules, run)
-    if problems and mode == "enforce":
+    if problems and config.metadata_guard == "enforce":
         raise GuardError("; ".join(problems))
     for problem in problems:
         log.error("%s: trials may reach the instance's metadata service", problem)

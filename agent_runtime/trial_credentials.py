@@ -97,6 +97,15 @@ class Credentials:
 class CredentialSource(Protocol):
     def credentials(self, scope: TrialScope) -> Credentials: ...
 
+    @property
+    def ready(self) -> bool:
+        """Whether trials can be granted credentials yet (the role is known)."""
+
+    def adopt_role(self, role_arn: str) -> None:
+        """The role the control plane names at registration (a configured one wins)."""
+
+    def forget(self, trial_id: str) -> None: ...
+
 
 def session_name(trial_id: str) -> str:
     """``trial-<id>`` in the characters and length STS allows (64, ``[\\w+=,.@-]``), so
@@ -152,7 +161,7 @@ class TrialRoleSource:
 
     def __init__(
         self,
-        role_arn: str,
+        role_arn: str | None,
         sts: Any,
         now: Callable[[], float] = time.time,
         refresh_before_s: float = REFRESH_BEFORE_S,
@@ -163,6 +172,16 @@ class TrialRoleSource:
         self._refresh_before_s = refresh_before_s
         self._cache: dict[str, Credentials] = {}
         self._lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        return self.role_arn is not None
+
+    def adopt_role(self, role_arn: str) -> None:
+        with self._lock:
+            if self.role_arn is None:
+                log.info("trials get sessions of %s", role_arn)
+                self.role_arn = role_arn
 
     def credentials(self, scope: TrialScope) -> Credentials:
         with self._lock:
@@ -181,6 +200,8 @@ class TrialRoleSource:
         return creds.expiration.timestamp() - self._now() > self._refresh_before_s
 
     def _assume(self, scope: TrialScope) -> Credentials:
+        if self.role_arn is None:
+            raise RuntimeError("no trial role known yet")
         kwargs: dict[str, Any] = {
             "RoleArn": self.role_arn,
             "RoleSessionName": session_name(scope.trial_id),
@@ -192,7 +213,7 @@ class TrialRoleSource:
                 {"Key": "corral-experiment", "Value": scope.experiment_id[:256]},
             ],
         }
-        policy = session_policy(scope, self.role_arn.split(":")[1] or "aws")
+        policy = session_policy(scope, self.role_arn.split(":")[1])
         if policy is not None:
             kwargs["Policy"] = policy
         reply = self._sts.assume_role(**kwargs)
@@ -240,7 +261,18 @@ class CredentialServer:
 
     # --- listeners ---------------------------------------------------------------------
     def start(self) -> None:
-        self._listen("127.0.0.1")
+        try:
+            self._listen("127.0.0.1")
+        except OSError as exc:
+            if self.port == 0:
+                raise
+            # Another agent on this machine (the local stack runs several) has the port:
+            # any port will do, the trials are told which.
+            log.warning(
+                "port %d is taken (%s): serving trial credentials on another", self.port, exc
+            )
+            self.port = 0
+            self._listen("127.0.0.1")
 
     def listen_on_bridge(self, gateway: str) -> None:
         """Also serve on the bridge's gateway address (bridge trials reach it through DNAT)."""
@@ -266,6 +298,13 @@ class CredentialServer:
         self._servers.clear()
 
     # --- grants ------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self._source.ready
+
+    def adopt_role(self, role_arn: str) -> None:
+        self._source.adopt_role(role_arn)
+
     def grant(self, scope: TrialScope) -> Grant:
         token = secrets.token_urlsafe(32)
         with self._lock:
@@ -285,9 +324,7 @@ class CredentialServer:
             for key, (owner, _) in list(self._grants.items()):
                 if owner == trial_id:
                     del self._grants[key]
-        forget = getattr(self._source, "forget", None)
-        if forget is not None:
-            forget(trial_id)
+        self._source.forget(trial_id)
 
     def answer(self, authorization: str | None) -> tuple[int, dict[str, str]]:
         """The status and JSON body for a request bearing ``authorization``."""

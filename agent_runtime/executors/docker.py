@@ -212,7 +212,7 @@ class DockerExecutor:
             # The trial's own credentials, at the address its network reaches: loopback on
             # the host network, ECS's 169.254.170.2 (DNAT to the bridge gateway) on a bridge.
             env.update(spec.credentials.env("loopback" if host_network else "bridge"))
-        if c.trial_cgroup_parent and metadata_guard.active(c.metadata_guard, c.resolved_cloud):
+        if c.trial_cgroup_parent and metadata_guard.active(c):
             # Outside system.slice: the metadata guard's OUTPUT rule keys on it, which is what
             # keeps a host-network trial from the instance's metadata service.
             kwargs["cgroup_parent"] = c.trial_cgroup_parent

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,16 +81,25 @@ def test_rules_are_applied_once_across_agent_restarts() -> None:
     assert apply_rules(rules, iptables) == ([], [])  # a restarted agent adds nothing
 
 
+def _config(**settings: Any) -> AgentConfig:
+    return AgentConfig(api_url="http://cp", auth="aws", **settings)
+
+
 def test_modes() -> None:
     rules = guard_rules(docker=True)
-    assert guard("auto", "dev", rules, FakeIptables()) == []  # a developer's machine
-    assert guard("off", "ec2", rules, FakeIptables()) == []
-    assert guard("auto", "gce", rules, FakeIptables()) == [BRIDGE, HOST]
+    assert guard(dev_config(), rules, FakeIptables()) == []  # a developer's machine
+    assert guard(_config(cloud="ec2", metadata_guard="off"), rules, FakeIptables()) == []
+    gce = _config(cloud="gce")
+    assert guard(gce, rules, FakeIptables()) == [BRIDGE, HOST]
+    # The local stack's emulated instances: ec2, but their metadata service is on loopback.
+    emulated = _config(cloud="ec2", ec2_metadata_url="http://127.0.0.1:8123")
+    assert guard(emulated, rules, FakeIptables()) == []
     # auto on a cloud: a rule that fails is logged, the others still apply, the agent goes
     # on; enforce refuses to start.
-    assert guard("auto", "ec2", rules, FakeIptables(fail="cgroup")) == [BRIDGE]
+    assert guard(_config(cloud="ec2"), rules, FakeIptables(fail="cgroup")) == [BRIDGE]
+    enforce = _config(cloud="ec2", metadata_guard="enforce")
     with pytest.raises(GuardError, match=r"host-network trials .*Couldn.t load match"):
-        guard("enforce", "ec2", rules, FakeIptables(fail="cgroup"))
+        guard(enforce, rules, FakeIptables(fail="cgroup"))
 
 
 def test_the_agent_applies_the_rules_for_its_executor_and_endpoint(tmp_path: Path) -> None:

@@ -33,7 +33,13 @@ from agent_runtime.trial_credentials import (
     session_name,
     session_policy,
 )
-from tests.agent.conftest import FakeClock, FakeControlPlane, FakeSleeper, assignment
+from tests.agent.conftest import (
+    FakeClock,
+    FakeControlPlane,
+    FakeSleeper,
+    assignment,
+    ec2_values,
+)
 
 REGION = "us-east-1"
 TRUST = json.dumps(
@@ -322,3 +328,38 @@ def test_the_agent_hands_each_trial_its_own_credentials_and_revokes_them(
 
 def _no_iptables(argv: Any) -> tuple[int, str]:
     raise AssertionError(f"a dev agent applies no firewall rules: {argv}")
+
+
+# ---- where the role comes from -------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("configured", "replied", "used"),
+    [
+        (None, "arn:aws:iam::123456789012:role/stack-TrialRole-1", "stack-TrialRole-1"),
+        ("arn:aws:iam::123456789012:role/mine", "arn:aws:iam::123456789012:role/theirs", "mine"),
+        (None, "not-an-arn", None),
+        (None, None, None),
+    ],
+)
+def test_an_ec2_agent_takes_the_trial_role_the_control_plane_names(
+    aws: tuple[str, RecordingSts],
+    make_agent: Any,
+    plane: FakeControlPlane,
+    metadata: Any,
+    configured: str | None,
+    replied: str | None,
+    used: str | None,
+) -> None:
+    metadata.values.update(ec2_values())
+    plane.register_reply["trial_role_arn"] = replied
+    h = make_agent(cloud="ec2", ec2_metadata_url=metadata.url, trial_role_arn=configured)
+    credentials = h.agent.credentials
+    assert credentials is not None and credentials.ready is (configured is not None)
+    h.step_until(lambda: h.agent.agent_id is not None)
+    assert credentials.ready is (used is not None)
+    if used is not None:
+        status, body = credentials.answer(credentials.grant(SCOPE).token)
+        assert status == 200 and body["RoleArn"].split("/")[-2] == used
+
+
+def test_a_dev_agent_without_a_trial_role_serves_nothing(make_agent: Any) -> None:
+    assert make_agent().agent.credentials is None
