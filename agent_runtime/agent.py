@@ -217,7 +217,7 @@ class Agent:
         self._setup_cloudwatch()
         if self.credentials is not None and reply.trial_role_arn:
             if ROLE_ARN.match(reply.trial_role_arn):
-                self.credentials.adopt_role(reply.trial_role_arn)
+                self.credentials.adopt(reply.trial_role_arn)
             else:
                 log.warning("ignoring trial_role_arn %r: not a role ARN", reply.trial_role_arn)
         log.info("registered as %s with %d GPU(s)", self.agent_id, len(self.gpus))

@@ -66,7 +66,7 @@ def trial_credentials(
     if not config.trial_role_arn and config.resolved_cloud != "ec2":
         return None
     if sts is None:
-        import boto3  # the agent's own credentials: the instance role, from IMDS
+        import boto3  # type: ignore[import-untyped,unused-ignore]  # the instance role (IMDS)
 
         sts = boto3.client("sts", region_name=config.aws_region or identity.region or None)
     server = CredentialServer(

@@ -29,15 +29,23 @@ import hashlib
 import json
 import logging
 import re
-import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal, Protocol
+from typing import Any
 from urllib.parse import urlparse
+
+from agent_runtime.credential_server import (
+    AWS_PATH,
+    CredentialServer,
+    Grant,
+    Reply,
+    TrialScope,
+)
+
+__all__ = ["CredentialServer", "Grant", "TrialRoleSource", "TrialScope"]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +53,7 @@ URI_ENV = "AWS_CONTAINER_CREDENTIALS_FULL_URI"
 TOKEN_ENV = "AWS_CONTAINER_AUTHORIZATION_TOKEN"
 # ECS's task-credentials address: an SDK accepts it over plain HTTP (see the docstring).
 ECS_ADDRESS = "169.254.170.2"
-PATH = "/v1/credentials"
+PATH = AWS_PATH
 SESSION_S = 3600  # role chaining (instance role -> trial role) caps sessions at one hour
 REFRESH_BEFORE_S = 300.0
 # Variables that would make an SDK use other credentials before the container endpoint
@@ -62,15 +70,6 @@ SHADOWING_ENV = (
     "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
 )
-
-Network = Literal["loopback", "bridge"]
-
-
-@dataclass(frozen=True)
-class TrialScope:
-    trial_id: str
-    experiment_id: str
-    checkpoint_uri: str
 
 
 @dataclass(frozen=True)
@@ -92,19 +91,6 @@ class Credentials:
         if self.role_arn:
             body["RoleArn"] = self.role_arn
         return body
-
-
-class CredentialSource(Protocol):
-    def credentials(self, scope: TrialScope) -> Credentials: ...
-
-    @property
-    def ready(self) -> bool:
-        """Whether trials can be granted credentials yet (the role is known)."""
-
-    def adopt_role(self, role_arn: str) -> None:
-        """The role the control plane names at registration (a configured one wins)."""
-
-    def forget(self, trial_id: str) -> None: ...
 
 
 def session_name(trial_id: str) -> str:
@@ -177,7 +163,20 @@ class TrialRoleSource:
     def ready(self) -> bool:
         return self.role_arn is not None
 
-    def adopt_role(self, role_arn: str) -> None:
+    def environment(
+        self, token: str, port: int, bridge_address: str | None
+    ) -> tuple[dict[str, str], dict[str, str] | None]:
+        loopback = {URI_ENV: f"http://127.0.0.1:{port}{PATH}", TOKEN_ENV: token}
+        # Bridge trials: ECS's address, DNAT'd to the listener on the gateway (docstring).
+        bridge = {URI_ENV: f"http://{ECS_ADDRESS}{PATH}", TOKEN_ENV: token}
+        return loopback, bridge if bridge_address else None
+
+    def serve(self, scope: TrialScope, path: str, headers: Mapping[str, str]) -> Reply:
+        if path != PATH:
+            return 404, {}, {"message": "not found"}
+        return 200, {}, self.credentials(scope).container_json()
+
+    def adopt(self, role_arn: str) -> None:
         with self._lock:
             if self.role_arn is None:
                 log.info("trials get sessions of %s", role_arn)
@@ -229,140 +228,3 @@ class TrialRoleSource:
             expiration=expiration,
             role_arn=(reply.get("AssumedRoleUser") or {}).get("Arn"),
         )
-
-
-@dataclass(frozen=True)
-class Grant:
-    """What one trial is handed: its token and where to present it, per network."""
-
-    trial_id: str
-    token: str
-    loopback_uri: str
-    bridge_uri: str | None
-
-    def env(self, network: Network) -> dict[str, str]:
-        uri = self.bridge_uri if network == "bridge" else self.loopback_uri
-        if uri is None:  # no bridge listener: the trial gets no credentials rather than ours
-            return {}
-        return {URI_ENV: uri, TOKEN_ENV: self.token}
-
-
-class CredentialServer:
-    """The endpoint: a listener on 127.0.0.1 and, once a bridge network exists, one on its
-    gateway address (the target of the 169.254.170.2 DNAT rule). Same port on both."""
-
-    def __init__(self, source: CredentialSource, port: int = 0) -> None:
-        self._source = source
-        self._grants: dict[str, tuple[str, TrialScope]] = {}  # sha256(token) -> trial
-        self._lock = threading.Lock()
-        self._servers: dict[str, ThreadingHTTPServer] = {}
-        self.port = port
-        self.bridge_address: str | None = None
-
-    # --- listeners ---------------------------------------------------------------------
-    def start(self) -> None:
-        try:
-            self._listen("127.0.0.1")
-        except OSError as exc:
-            if self.port == 0:
-                raise
-            # Another agent on this machine (the local stack runs several) has the port:
-            # any port will do, the trials are told which.
-            log.warning(
-                "port %d is taken (%s): serving trial credentials on another", self.port, exc
-            )
-            self.port = 0
-            self._listen("127.0.0.1")
-
-    def listen_on_bridge(self, gateway: str) -> None:
-        """Also serve on the bridge's gateway address (bridge trials reach it through DNAT)."""
-        self._listen(gateway)
-        self.bridge_address = gateway
-
-    def _listen(self, address: str) -> None:
-        if address in self._servers:
-            return
-        server = ThreadingHTTPServer((address, self.port), _handler(self))
-        server.daemon_threads = True
-        self.port = server.server_address[1]  # port 0: the first listener picks, all share
-        self._servers[address] = server
-        threading.Thread(
-            target=server.serve_forever, name=f"trial-credentials-{address}", daemon=True
-        ).start()
-        log.info("serving trial credentials on %s:%d", address, self.port)
-
-    def close(self) -> None:
-        for server in self._servers.values():
-            server.shutdown()
-            server.server_close()
-        self._servers.clear()
-
-    # --- grants ------------------------------------------------------------------------
-    @property
-    def ready(self) -> bool:
-        return self._source.ready
-
-    def adopt_role(self, role_arn: str) -> None:
-        self._source.adopt_role(role_arn)
-
-    def grant(self, scope: TrialScope) -> Grant:
-        token = secrets.token_urlsafe(32)
-        with self._lock:
-            for key, (trial_id, _) in list(self._grants.items()):
-                if trial_id == scope.trial_id:  # a re-run of the trial: the old token dies
-                    del self._grants[key]
-            self._grants[_digest(token)] = (scope.trial_id, scope)
-        return Grant(
-            trial_id=scope.trial_id,
-            token=token,
-            loopback_uri=f"http://127.0.0.1:{self.port}{PATH}",
-            bridge_uri=f"http://{ECS_ADDRESS}{PATH}" if self.bridge_address else None,
-        )
-
-    def revoke(self, trial_id: str) -> None:
-        with self._lock:
-            for key, (owner, _) in list(self._grants.items()):
-                if owner == trial_id:
-                    del self._grants[key]
-        self._source.forget(trial_id)
-
-    def answer(self, authorization: str | None) -> tuple[int, dict[str, str]]:
-        """The status and JSON body for a request bearing ``authorization``."""
-        if not authorization:
-            return 401, {"message": "missing Authorization token"}
-        with self._lock:
-            found = self._grants.get(_digest(authorization.strip()))
-        if found is None:
-            return 403, {"message": "unknown or revoked token"}
-        _, scope = found
-        try:
-            return 200, self._source.credentials(scope).container_json()
-        except Exception as exc:  # STS refused or is unreachable: the SDK retries
-            log.warning("cannot get credentials for trial %s: %s", scope.trial_id, exc)
-            return 502, {"message": f"cannot get the trial's credentials: {exc}"}
-
-
-def _digest(token: str) -> str:
-    # Tokens are looked up by hash: a dict probe on the raw secret would leak its prefix
-    # through timing, the hash's prefix says nothing about the token.
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _handler(server: CredentialServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if urlparse(self.path).path.rstrip("/") != PATH:
-                status, body = 404, {"message": "not found"}
-            else:
-                status, body = server.answer(self.headers.get("Authorization"))
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("credentials endpoint: " + format, *args)
-
-    return Handler

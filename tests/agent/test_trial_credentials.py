@@ -139,7 +139,7 @@ def test_a_boto3_session_given_the_trials_env_gets_the_trials_role_session(
 def test_the_endpoint_answers_only_the_trials_own_token(server: CredentialServer) -> None:
     mine = server.grant(SCOPE)
     theirs = server.grant(TrialScope("t-2", "exp-1", "s3://ckpt/team/exp-1/t-2"))
-    url = mine.loopback_uri
+    url = mine.env("loopback")[URI_ENV]
     assert _get(url, None)[0] == 401
     assert _get(url, "not-a-token")[0] == 403
     assert _get(url + "/../../latest/meta-data", mine.token)[0] in (403, 404)
@@ -159,8 +159,8 @@ def test_the_endpoint_answers_only_the_trials_own_token(server: CredentialServer
 def test_a_rerun_of_a_trial_kills_its_old_token(server: CredentialServer) -> None:
     first = server.grant(SCOPE)
     second = server.grant(SCOPE)
-    assert _get(first.loopback_uri, first.token)[0] == 403
-    assert _get(second.loopback_uri, second.token)[0] == 200
+    assert _get(first.env("loopback")[URI_ENV], first.token)[0] == 403
+    assert _get(second.env("loopback")[URI_ENV], second.token)[0] == 200
 
 
 def test_credentials_are_cached_until_near_expiry_then_renewed(
@@ -189,7 +189,7 @@ def test_sts_failure_is_a_502_the_sdk_retries() -> None:
     served.start()
     try:
         grant = served.grant(SCOPE)
-        status, body = _get(grant.loopback_uri, grant.token)
+        status, body = _get(grant.env("loopback")[URI_ENV], grant.token)
     finally:
         served.close()
     assert status == 502 and "AccessDenied" in body["message"]
@@ -211,7 +211,7 @@ def test_the_bridge_uri_is_ecs_address_which_sdks_accept_and_the_gateway_would_n
     # a bridge gateway address does not, which is why bridge trials go through the DNAT.
     fetcher = ContainerMetadataFetcher()
     fetcher._validate_allowed_url(grant.env("bridge")[URI_ENV])
-    fetcher._validate_allowed_url(grant.loopback_uri)
+    fetcher._validate_allowed_url(grant.env("loopback")[URI_ENV])
     with pytest.raises(ValueError, match="Unsupported host"):
         fetcher._validate_allowed_url(f"http://172.17.0.1:{server.port}/v1/credentials")
 

@@ -15,11 +15,12 @@ from agent_runtime.executors.process import process_env
 from agent_runtime.trial_credentials import TOKEN_ENV, URI_ENV, Grant
 from tests.agent.conftest import dev_config
 
+LOOPBACK_URI = "http://127.0.0.1:51680/v1/credentials"
 GRANT = Grant(
     trial_id="t-1",
     token="per-trial-secret",
-    loopback_uri="http://127.0.0.1:51680/v1/credentials",
-    bridge_uri="http://169.254.170.2/v1/credentials",
+    loopback={URI_ENV: LOOPBACK_URI, TOKEN_ENV: "per-trial-secret"},
+    bridge={URI_ENV: "http://169.254.170.2/v1/credentials", TOKEN_ENV: "per-trial-secret"},
 )
 INSTANCE_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
@@ -119,7 +120,7 @@ def test_no_grant_no_credentials_and_a_dev_agent_keeps_dockers_cgroups(tmp_path:
     )
     assert URI_ENV not in kwargs["environment"] and TOKEN_ENV not in kwargs["environment"]
     assert "cgroup_parent" not in kwargs  # the guard is off on a developer's machine
-    no_bridge = Grant("t-1", "tok", GRANT.loopback_uri, bridge_uri=None)
+    no_bridge = Grant("t-1", "tok", GRANT.loopback, bridge=None)
     kwargs = DockerExecutor(ec2_config(), FakeClient()).run_kwargs(
         _spec(tmp_path, credentials=no_bridge)
     )
@@ -150,7 +151,7 @@ def test_a_process_trial_gets_the_loopback_endpoint_instead_of_the_agents_keys()
         "CORRAL_AGENT_DEV_TOKEN": "secret",
     }
     env = process_env(host, {"CORRAL_TRIAL_ID": "t-1"}, GRANT)
-    assert env[URI_ENV] == GRANT.loopback_uri and env[TOKEN_ENV] == GRANT.token
+    assert env[URI_ENV] == LOOPBACK_URI and env[TOKEN_ENV] == GRANT.token
     _never_the_instance(env)
     assert "AWS_PROFILE" not in env and "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI" not in env
     assert env["AWS_DEFAULT_REGION"] == "us-east-1" and env["PATH"] == "/usr/bin"
