@@ -118,6 +118,13 @@ class AgentConfig(BaseModel):
         "metadata guard matches host-network trials by it",
     )
 
+    trial_service_account: str | None = Field(
+        default=None,
+        description="GCE: the account each trial gets tokens of; default: corral-trial@ in "
+        "the project of the instance's corral-agent@ account (infra/gcp/deploy.sh)",
+    )
+    gce_iam_credentials_url: str = "https://iamcredentials.googleapis.com"
+
     @field_validator("trial_role_arn")
     @classmethod
     def _role_arn(cls, value: str | None) -> str | None:

@@ -19,13 +19,15 @@ from agent_runtime.agent import EXIT_UNHEALTHY, Agent
 from agent_runtime.client import Auth, BearerAuth, ControlPlaneClient, SigV4Auth
 from agent_runtime.clock import Clock, EventSleeper, Sleeper, SystemClock
 from agent_runtime.config import AgentConfig, load_config
+from agent_runtime.credential_server import CredentialServer, CredentialSource
 from agent_runtime.deadman import Runner
 from agent_runtime.executors import Executor, make_executor
 from agent_runtime.gpus import GpuDetectionError, Unhealthy, check_expected, detect_gpus
 from agent_runtime.identity import InstanceIdentity, MetadataSource, metadata_source
 from agent_runtime.metadata_guard import Runner as GuardRunner
 from agent_runtime.metadata_guard import guard, guard_rules, run_command
-from agent_runtime.trial_credentials import CredentialServer, TrialRoleSource
+from agent_runtime.trial_credentials import TrialRoleSource
+from agent_runtime.trial_credentials_gce import gce_source
 
 log = logging.getLogger("agent_runtime")
 
@@ -63,15 +65,22 @@ def trial_credentials(
     """The trial-credentials endpoint, listening on loopback and on the trials' bridge
     gateway: with ``trial_role_arn``, or on EC2, where the control plane names the role at
     registration (until it does, and if it never does, trials get no credentials)."""
-    if not config.trial_role_arn and config.resolved_cloud != "ec2":
-        return None
-    if sts is None:
-        import boto3  # type: ignore[import-untyped,unused-ignore]  # the instance role (IMDS)
+    source: CredentialSource
+    if config.resolved_cloud == "gce":
+        try:
+            source = gce_source(config)
+        except Exception as exc:  # the metadata server did not answer: run, without
+            log.warning("GCE trials get no credentials from the agent: %s", exc)
+            return None
+    elif config.trial_role_arn or config.resolved_cloud == "ec2":
+        if sts is None:
+            import boto3  # type: ignore[import-untyped,unused-ignore]  # instance role (IMDS)
 
-        sts = boto3.client("sts", region_name=config.aws_region or identity.region or None)
-    server = CredentialServer(
-        TrialRoleSource(config.trial_role_arn, sts), port=config.trial_credentials_port
-    )
+            sts = boto3.client("sts", region_name=config.aws_region or identity.region or None)
+        source = TrialRoleSource(config.trial_role_arn, sts)
+    else:
+        return None
+    server = CredentialServer(source, port=config.trial_credentials_port)
     server.start()
     gateway_of = getattr(executor, "bridge_gateway", None)
     if gateway_of is not None:
@@ -96,7 +105,11 @@ def apply_metadata_guard(
     rules = guard_rules(
         docker=docker,
         process_uid=None if docker else config.run_as_uid,
-        bridge_gateway=credentials.bridge_address if credentials else None,
+        bridge_gateway=(
+            credentials.bridge_address
+            if credentials and getattr(credentials.source, "dnat_ecs_address", False)
+            else None
+        ),
         credentials_port=credentials.port if credentials else None,
     )
     return guard(config, rules, runner or run_command)

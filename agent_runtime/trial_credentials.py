@@ -145,6 +145,8 @@ class TrialRoleSource:
     """Assumes the trial role with the instance's own credentials (boto3's default chain:
     the agent is the one process allowed to reach the metadata service)."""
 
+    dnat_ecs_address = True  # bridge trials reach 169.254.170.2 (metadata_guard.py)
+
     def __init__(
         self,
         role_arn: str | None,
