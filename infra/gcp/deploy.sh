@@ -20,6 +20,9 @@
 #   ZONE          optional: zone(s), comma-separated, of pools that leave zone out (CORRAL_ZONE)
 #   AGENT_IMAGE   optional: the agent image (infra/agent-image) of pools that leave
 #                 boot_disk_source_image out (CORRAL_AGENT_IMAGE)
+#   CHECKPOINT_BUCKET    optional: bucket trials write checkpoints to (objectAdmin for the
+#                 corral-trial account the agents mint trial tokens of)
+#   TRIAL_DATA_BUCKETS   optional: comma-separated buckets trials read data from (objectViewer)
 #   DRY_RUN=1     the same as --dry-run
 # Docs: docs/gcp.md (what each step is for, and what IAM can and cannot restrict on GCE).
 set -euo pipefail
@@ -51,6 +54,8 @@ PROJECT=${PROJECT:?set PROJECT}
 CONFIG_FILE=${CONFIG_FILE:?set CONFIG_FILE (the cluster config)}
 REGION=${REGION:-us-central1}
 USERS=${USERS:-}
+CHECKPOINT_BUCKET=${CHECKPOINT_BUCKET:-}
+TRIAL_DATA_BUCKETS=${TRIAL_DATA_BUCKETS:-}
 LABEL_KEY=${LABEL_KEY:-managed-by}
 LABEL_VALUE=${LABEL_VALUE:-corral}
 NAME_PREFIX=${NAME_PREFIX:-corral-agent}
@@ -115,9 +120,9 @@ ensure "${g[@]}" pubsub topics create "$DEAD_LETTER"
 ensure "${g[@]}" pubsub subscriptions create "$DEAD_LETTER-sub" --topic="$DEAD_LETTER" \
     --message-retention-duration=7d --expiration-period=never
 
-# ---- 5. Service accounts: one per function, one for the agents ------------------------------
+# ---- 5. Service accounts: one per function, one for the agents, one for their trials ---------
 FUNCTIONS=(api schedule scale-up idle-reap spot-reconcile)
-for name in "${FUNCTIONS[@]}" agent; do
+for name in "${FUNCTIONS[@]}" agent trial; do
     ensure "${g[@]}" iam service-accounts create "corral-$name" --display-name="Corral $name"
 done
 sa() { echo "serviceAccount:corral-$1@$SA_DOMAIN"; }
@@ -152,6 +157,20 @@ run "${g[@]}" iam service-accounts add-iam-policy-binding "$AGENT_SA" \
     --member="$(sa scale-up)" --role=roles/iam.serviceAccountUser
 run "${g[@]}" projects add-iam-policy-binding "$PROJECT" --member="serviceAccount:$AGENT_SA" \
     --role=roles/logging.logWriter --condition=None
+# The trials' own account (docs/security.md, "Trial credentials"): the agent mints a token
+# of it per trial (Token Creator on this account only; never the instance's identity); it
+# reaches the checkpoint bucket and the data buckets, nothing else.
+TRIAL_SA="corral-trial@$SA_DOMAIN"
+run "${g[@]}" iam service-accounts add-iam-policy-binding "$TRIAL_SA" \
+    --member="serviceAccount:$AGENT_SA" --role=roles/iam.serviceAccountTokenCreator
+if [ -n "${CHECKPOINT_BUCKET:-}" ]; then
+    run "${g[@]}" storage buckets add-iam-policy-binding "gs://$CHECKPOINT_BUCKET" \
+        --member="serviceAccount:$TRIAL_SA" --role=roles/storage.objectAdmin
+fi
+for bucket in ${TRIAL_DATA_BUCKETS//,/ }; do
+    run "${g[@]}" storage buckets add-iam-policy-binding "gs://$bucket" \
+        --member="serviceAccount:$TRIAL_SA" --role=roles/storage.objectViewer
+done
 
 # ---- 7. The functions --------------------------------------------------------------------------
 # Cloud Functions wants main.py and requirements.txt at the source root: stage them.

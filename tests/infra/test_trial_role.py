@@ -7,6 +7,8 @@ bucket and the data buckets the deployment names), and never the control plane's
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +162,72 @@ def test_each_data_bucket_and_its_objects_are_readable(
         f"arn:{p}:s3:::datasets/*",
         f"arn:{p}:s3:::corpus-eu/*",
     ]
+
+
+# ---- GCP: the trial service account of infra/gcp/deploy.sh ------------------------------------
+GCP_AGENT = "serviceAccount:corral-agent@p.iam.gserviceaccount.com"
+GCP_TRIAL = "serviceAccount:corral-trial@p.iam.gserviceaccount.com"
+
+
+@pytest.fixture(scope="module")
+def gcp_bindings(tmp_path_factory: pytest.TempPathFactory) -> list[iam_rules.Binding]:
+    config = tmp_path_factory.mktemp("gcp") / "cluster.yaml"
+    config.write_text("resource_pools: []\n")
+    env = {
+        "PATH": os.environ["PATH"],
+        "DRY_RUN": "1",
+        "PROJECT": "p",
+        "CONFIG_FILE": str(config),
+        "CHECKPOINT_BUCKET": "ckpt",
+        "TRIAL_DATA_BUCKETS": "data-a,data-b",
+    }
+    out = subprocess.run(
+        ["bash", str(ROOT / "infra" / "gcp" / "deploy.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "service-accounts create corral-trial" in out
+    return iam_rules.bindings(out)
+
+
+def test_gcp_trials_get_an_account_of_their_own(gcp_bindings: list[iam_rules.Binding]) -> None:
+    trial = {(b.target, b.role) for b in gcp_bindings if b.member == GCP_TRIAL}
+    assert trial == {
+        ("bucket gs://ckpt", "roles/storage.objectAdmin"),
+        ("bucket gs://data-a", "roles/storage.objectViewer"),
+        ("bucket gs://data-b", "roles/storage.objectViewer"),
+    }
+    minting = [b for b in gcp_bindings if b.role == "roles/iam.serviceAccountTokenCreator"]
+    assert [(b.target, b.member) for b in minting] == [
+        ("service-account corral-trial@p.iam.gserviceaccount.com", GCP_AGENT)
+    ]
+    assert iam_rules.gcp_problems(gcp_bindings, GCP_AGENT.split(":")[1], "corral-agent") == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        # The agent minting its own tokens, or a function minting the trial's.
+        iam_rules.Binding(
+            "service-account corral-agent@p.iam.gserviceaccount.com",
+            GCP_AGENT,
+            "roles/iam.serviceAccountTokenCreator",
+            None,
+        ),
+        iam_rules.Binding(
+            "service-account corral-trial@p.iam.gserviceaccount.com",
+            "serviceAccount:corral-api@p.iam.gserviceaccount.com",
+            "roles/iam.serviceAccountTokenCreator",
+            None,
+        ),
+        # The trial account beyond bucket objects.
+        iam_rules.Binding("project p", GCP_TRIAL, "roles/storage.objectAdmin", None),
+        iam_rules.Binding("bucket gs://ckpt", GCP_TRIAL, "roles/storage.admin", None),
+        iam_rules.Binding("run-service corral-api", GCP_TRIAL, "roles/run.invoker", None),
+    ],
+)
+def test_a_bad_trial_binding_is_flagged(bad: iam_rules.Binding) -> None:
+    assert iam_rules.gcp_problems([bad], GCP_AGENT.split(":")[1], "corral-agent")
