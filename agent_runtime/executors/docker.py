@@ -209,9 +209,10 @@ class DockerExecutor:
         elif c.agent_docker_network:
             kwargs["network"] = c.agent_docker_network
         if spec.credentials is not None:
-            # The trial's own credentials, at the address its network reaches: loopback on
-            # the host network, ECS's 169.254.170.2 (DNAT to the bridge gateway) on a bridge.
-            env.update(spec.credentials.env("loopback" if host_network else "bridge"))
+            # The trial's own credentials, at the address its network reaches (loopback on the
+            # host network, the bridge's on a bridge), under what the experiment set itself.
+            env = {**spec.credentials.env("loopback" if host_network else "bridge"), **env}
+            kwargs["environment"] = env
         if c.trial_cgroup_parent and metadata_guard.active(c):
             # Outside system.slice: the metadata guard's OUTPUT rule keys on it, which is what
             # keeps a host-network trial from the instance's metadata service.

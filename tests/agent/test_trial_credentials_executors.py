@@ -3,6 +3,7 @@ network reaches, and never the instance's (no keys, no metadata address)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,18 @@ def test_a_host_network_trial_gets_the_loopback_endpoint(tmp_path: Path) -> None
         assert env[TOKEN_ENV] == "per-trial-secret"
         _never_the_instance(env)
         assert kwargs["cgroup_parent"] == "corral.slice"
+
+
+def test_what_the_experiment_sets_itself_wins(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    own = {**spec.env, URI_ENV: "http://127.0.0.1:9/mine", TOKEN_ENV: "mine"}
+    kwargs = DockerExecutor(ec2_config(), FakeClient()).run_kwargs(replace(spec, env=own))
+    assert (kwargs["environment"][URI_ENV], kwargs["environment"][TOKEN_ENV]) == (
+        "http://127.0.0.1:9/mine",
+        "mine",
+    )
+    env = process_env({}, own, GRANT)
+    assert (env[URI_ENV], env[TOKEN_ENV]) == ("http://127.0.0.1:9/mine", "mine")
 
 
 def test_no_grant_no_credentials_and_a_dev_agent_keeps_dockers_cgroups(tmp_path: Path) -> None:
