@@ -90,7 +90,10 @@ def trial_credentials(
             log.warning("no credentials for bridge-network trials: %s", exc)
             gateway = None
         if gateway:
-            server.listen_on_bridge(gateway)
+            try:
+                server.listen_on_bridge(gateway)
+            except OSError as exc:
+                log.warning("no credentials for bridge-network trials (%s): %s", gateway, exc)
     return server
 
 

@@ -104,8 +104,13 @@ def test_the_agent_may_assume_the_trial_role_and_nothing_more(template: dict[str
     assert statement["Resource"] == {"Fn::GetAtt": ["TrialRole", "Arn"]}
 
 
-def test_the_template_outputs_the_trial_role_arn(template: dict[str, Any]) -> None:
-    assert template["Outputs"]["TrialRoleArn"]["Value"] == {"Fn::GetAtt": ["TrialRole", "Arn"]}
+def test_the_template_outputs_the_trial_role_arn_and_the_api_tells_agents(
+    template: dict[str, Any],
+) -> None:
+    arn = {"Fn::GetAtt": ["TrialRole", "Arn"]}
+    assert template["Outputs"]["TrialRoleArn"]["Value"] == arn
+    api = _resources(template)["ApiFunction"]["Properties"]["Environment"]["Variables"]
+    assert api["CORRAL_TRIAL_ROLE_ARN"] == arn  # the register reply's trial_role_arn
 
 
 # ---- the data buckets' ARNs, evaluated as CloudFormation would --------------------------------
