@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from importlib import metadata
 
 from agent_runtime.client import ControlPlaneClient, ControlPlaneError, Unreachable
 from agent_runtime.clock import Clock, Sleeper
-from agent_runtime.config import AgentConfig
+from agent_runtime.config import ROLE_ARN, AgentConfig
 from agent_runtime.deadman import DeadMansSwitch, Runner
 from agent_runtime.executors import Executor
 from agent_runtime.gpus import gpu_metrics
@@ -24,6 +25,7 @@ from agent_runtime.identity import InstanceIdentity, MetadataSource, Notice
 from agent_runtime.interruptions import InterruptionWatcher, grace_for
 from agent_runtime.logs import CloudWatchLogs, LogShipper, PermanentLogError
 from agent_runtime.metrics import CloudWatchMetrics
+from agent_runtime.trial_credentials import CredentialServer, TrialScope
 from agent_runtime.trial_metrics import MetricsTailer, metrics_dir
 from agent_runtime.trials import TrialRun, launch_spec
 from corral.protocol.agent import (
@@ -64,10 +66,13 @@ class Agent:
         *,
         shutdown_runner: Runner | None = None,
         metrics: Callable[[], list[GpuMetric]] | None = None,
+        credentials: CredentialServer | None = None,
     ) -> None:
         self.config, self.identity, self.gpus = config, identity, gpus
         self.client, self.executor, self.source = client, executor, source
         self.clock, self.sleeper = clock, sleeper
+        # Serves each trial credentials of its own (None: trials get none from the agent).
+        self.credentials = credentials
         self.agent_id: str | None = None
         self.trials: dict[str, TrialRun] = {}
         # What the control plane last said: its heartbeat reply is the truth, so a drain it
@@ -213,6 +218,11 @@ class Agent:
             self.deadman.timeout_s = reply.dead_man_switch_s
         self.deadman.contact()
         self._setup_cloudwatch()
+        if self.credentials is not None and reply.trial_role_arn:
+            if ROLE_ARN.match(reply.trial_role_arn):
+                self.credentials.adopt(reply.trial_role_arn)
+            else:
+                log.warning("ignoring trial_role_arn %r: not a role ARN", reply.trial_role_arn)
         log.info("registered as %s with %d GPU(s)", self.agent_id, len(self.gpus))
 
     def _recover_metrics(self) -> None:
@@ -320,6 +330,8 @@ class Agent:
         if run.terminal and run.status() == sent and self.trials.get(run.trial_id) is run:
             del self.trials[run.trial_id]
             run.cleanup()
+            if self.credentials is not None:
+                self.credentials.revoke(run.trial_id)  # its token dies with the run
 
     def _send_status(self, run: TrialRun) -> None:
         if run.trial_id in self._ended:
@@ -415,6 +427,9 @@ class Agent:
             except OSError as exc:  # the trial runs anyway; its metrics go nowhere
                 log.warning("no metrics file for %s: %s", a.trial_id, exc)
         spec = launch_spec(a, self.config, self.agent_id, self.executor.in_container, metrics_file)
+        if self.credentials is not None and self.credentials.ready:
+            scope = TrialScope(a.trial_id, a.experiment_id, a.checkpoint.storage_uri)
+            spec = replace(spec, credentials=self.credentials.grant(scope))
         run = TrialRun(a, spec, self.executor, lambda s, line: self.logs.add(a.trial_id, s, line))
         self.trials[a.trial_id] = run
         self.logs.start_run(a.trial_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +29,7 @@ DEFAULT_PATH = Path("/etc/corral/agent.yaml")
 
 AuthMode = Literal["dev", "gce", "aws"]
 CloudKind = Literal["ec2", "gce", "dev"]
+ROLE_ARN = re.compile(r"^arn:[a-z-]+:iam::\d{12}:role/[\w+=,.@/-]+$")
 
 
 class ImageMap(BaseModel):
@@ -123,6 +125,37 @@ class AgentConfig(BaseModel):
     cloudwatch_metrics_namespace: str | None = None
     cloudwatch_metrics_interval_s: float = Field(default=60.0, gt=0)
     tick_s: float = Field(default=1.0, gt=0, description="Main loop period")
+    # --- trial credentials and the metadata guard (docs/security.md "Trial credentials") --
+    trial_role_arn: str | None = Field(
+        default=None,
+        description="The deployment's TrialRole: each trial gets a session of its own, served "
+        "on the container-credentials endpoint. None: trials get no AWS credentials",
+    )
+    trial_credentials_port: int = Field(default=51680, ge=0, le=65535)
+    metadata_guard: Literal["auto", "enforce", "off"] = Field(
+        default="auto",
+        description="Firewall rules that keep trials from the metadata service: auto applies "
+        "them on ec2/gce and warns if it cannot; enforce refuses to start without them",
+    )
+    trial_cgroup_parent: str | None = Field(
+        default="corral.slice",
+        description="Docker cgroup parent of trial containers, outside system.slice: the "
+        "metadata guard matches host-network trials by it",
+    )
+
+    trial_service_account: str | None = Field(
+        default=None,
+        description="GCE: the account each trial gets tokens of; default: corral-trial@ in "
+        "the project of the instance's corral-agent@ account (infra/gcp/deploy.sh)",
+    )
+    gce_iam_credentials_url: str = "https://iamcredentials.googleapis.com"
+
+    @field_validator("trial_role_arn")
+    @classmethod
+    def _role_arn(cls, value: str | None) -> str | None:
+        if value is not None and not ROLE_ARN.match(value):
+            raise ValueError(f"trial_role_arn: not an IAM role ARN: {value!r}")
+        return value
 
     @field_validator("gloo_port_range", "nccl_port_range")
     @classmethod

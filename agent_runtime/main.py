@@ -13,16 +13,22 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from agent_runtime.agent import EXIT_UNHEALTHY, Agent
 from agent_runtime.client import Auth, BearerAuth, ControlPlaneClient, SigV4Auth
 from agent_runtime.clock import Clock, EventSleeper, Sleeper, SystemClock
 from agent_runtime.config import AgentConfig, load_config
+from agent_runtime.credential_server import CredentialServer, CredentialSource
 from agent_runtime.deadman import Runner
 from agent_runtime.executors import Executor, make_executor
 from agent_runtime.gpus import GpuDetectionError, Unhealthy, check_expected, detect_gpus
 from agent_runtime.identity import InstanceIdentity, MetadataSource, metadata_source
+from agent_runtime.metadata_guard import Runner as GuardRunner
+from agent_runtime.metadata_guard import guard, guard_rules, run_command
 from agent_runtime.startup import run_container_startup_script
+from agent_runtime.trial_credentials import TrialRoleSource
+from agent_runtime.trial_credentials_gce import gce_source
 
 log = logging.getLogger("agent_runtime")
 
@@ -54,6 +60,65 @@ def _proxies(config: AgentConfig) -> dict[str, str] | None:
     return {k: v for k, v in out.items() if v} or None
 
 
+def trial_credentials(
+    config: AgentConfig, identity: InstanceIdentity, executor: Executor, sts: Any = None
+) -> CredentialServer | None:
+    """The trial-credentials endpoint, listening on loopback and on the trials' bridge
+    gateway: with ``trial_role_arn``, or on EC2, where the control plane names the role at
+    registration (until it does, and if it never does, trials get no credentials)."""
+    source: CredentialSource
+    if config.resolved_cloud == "gce":
+        try:
+            source = gce_source(config)
+        except Exception as exc:  # the metadata server did not answer: run, without
+            log.warning("GCE trials get no credentials from the agent: %s", exc)
+            return None
+    elif config.trial_role_arn or config.resolved_cloud == "ec2":
+        if sts is None:
+            import boto3  # type: ignore[import-untyped,unused-ignore]  # instance role (IMDS)
+
+            sts = boto3.client("sts", region_name=config.aws_region or identity.region or None)
+        source = TrialRoleSource(config.trial_role_arn, sts)
+    else:
+        return None
+    server = CredentialServer(source, port=config.trial_credentials_port)
+    server.start()
+    gateway_of = getattr(executor, "bridge_gateway", None)
+    if gateway_of is not None:
+        try:
+            gateway = gateway_of()
+        except Exception as exc:  # the engine refused: host-network trials still get theirs
+            log.warning("no credentials for bridge-network trials: %s", exc)
+            gateway = None
+        if gateway:
+            try:
+                server.listen_on_bridge(gateway)
+            except OSError as exc:
+                log.warning("no credentials for bridge-network trials (%s): %s", gateway, exc)
+    return server
+
+
+def apply_metadata_guard(
+    config: AgentConfig,
+    executor: Executor,
+    credentials: CredentialServer | None,
+    runner: GuardRunner | None = None,
+) -> list[list[str]]:
+    """The firewall rules that keep trials from the instance's identity (metadata_guard)."""
+    docker = executor.in_container
+    rules = guard_rules(
+        docker=docker,
+        process_uid=None if docker else config.run_as_uid,
+        bridge_gateway=(
+            credentials.bridge_address
+            if credentials and getattr(credentials.source, "dnat_ecs_address", False)
+            else None
+        ),
+        credentials_port=credentials.port if credentials else None,
+    )
+    return guard(config, rules, runner or run_command)
+
+
 def build_agent(
     config: AgentConfig,
     clock: Clock | None = None,
@@ -62,6 +127,8 @@ def build_agent(
     executor: Executor | None = None,
     auth: Auth | None = None,
     shutdown_runner: Runner | None = None,
+    sts: Any = None,
+    guard_runner: GuardRunner | None = None,
 ) -> Agent:
     """Detect identity and GPUs and assemble an Agent. When the GPUs are short, report the
     machine unhealthy to the control plane (never register it) and raise ``Unhealthy``."""
@@ -96,16 +163,20 @@ def build_agent(
         max_backoff_s=config.max_backoff_s,
         proxies=_proxies(config),
     )
+    executor = executor or make_executor(config)
+    credentials = trial_credentials(config, identity, executor, sts)
+    apply_metadata_guard(config, executor, credentials, guard_runner)
     agent = Agent(
         config,
         identity,
         gpus,
         client,
-        executor or make_executor(config),
+        executor,
         source,
         clock,
         sleeper,
         shutdown_runner=shutdown_runner,
+        credentials=credentials,
     )
     if problem is not None:
         # Report it instead of registering as a short-handed agent: the control plane

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent_runtime.config import AgentConfig
+from agent_runtime.trial_credentials import Grant
 from corral.protocol.agent import BindMount, RegistryAuth
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,9 @@ class LaunchSpec:
     registry_auth: RegistryAuth | None = None
     # Agents the trial spans (its rendezvous' nnodes): more than one needs the host network.
     nodes: int = 1
+    # The trial's own cloud credentials (trial_credentials.py); the executor picks the URI
+    # its network reaches. None: the trial gets no credentials from the agent.
+    credentials: Grant | None = None
 
 
 class TrialHandle(Protocol):

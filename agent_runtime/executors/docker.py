@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from agent_runtime import metadata_guard
 from agent_runtime.config import AgentConfig
 from agent_runtime.executors import LaunchSpec, LineSink
 from agent_runtime.trial_env import HELPER_DIR, HELPER_MOUNT
@@ -106,14 +107,33 @@ class DockerExecutor:
         self._network_ready = False
 
     def _ensure_network(self, spec: LaunchSpec) -> None:
+        if spec.nodes == 1:
+            self._create_network()
+
+    def _create_network(self) -> None:
         # Like Determined's agent: create the task network on first use if it is missing.
         name = self._config.agent_docker_network
-        if self._network_ready or not name or name in _BUILTIN_NETWORKS or spec.nodes > 1:
+        if self._network_ready or not name or name in _BUILTIN_NETWORKS:
             return
         if not self._client.networks.list(names=[name]):
             log.info("creating docker network %s", name)
             self._client.networks.create(name, driver="bridge")
         self._network_ready = True
+
+    def bridge_gateway(self) -> str | None:
+        """The IPv4 gateway of the network single-agent trials use (creating it if needed):
+        the host's address on that bridge, where the trial-credentials listener for bridge
+        trials binds. None when those trials use the host network or no network."""
+        name = self._config.agent_docker_network or "bridge"  # None: Docker's default bridge
+        if name in ("host", "none"):
+            return None
+        self._create_network()
+        attrs = self._client.networks.get(name).attrs or {}
+        for pool in (attrs.get("IPAM") or {}).get("Config") or []:
+            gateway = str(pool.get("Gateway") or "")
+            if gateway and ":" not in gateway:
+                return gateway
+        return None
 
     def image_of(self, spec: LaunchSpec) -> str:
         """The trial's image; a trial stored before submissions named one gets the pool's
@@ -204,11 +224,21 @@ class DockerExecutor:
                 [self._device_request([str(i) for i in spec.gpus])] if spec.gpus else []
             ),
         }
-        if spec.nodes > 1 or c.agent_docker_network == "host":
+        host_network = spec.nodes > 1 or c.agent_docker_network == "host"
+        if host_network:
             # network_mode, not network: the SDK refuses both, and "host" is a mode.
             kwargs["network_mode"] = "host"
         elif c.agent_docker_network:
             kwargs["network"] = c.agent_docker_network
+        if spec.credentials is not None:
+            # The trial's own credentials, at the address its network reaches (loopback on the
+            # host network, the bridge's on a bridge), under what the experiment set itself.
+            env = {**spec.credentials.env("loopback" if host_network else "bridge"), **env}
+            kwargs["environment"] = env
+        if c.trial_cgroup_parent and metadata_guard.active(c):
+            # Outside system.slice: the metadata guard's OUTPUT rule keys on it, which is what
+            # keeps a host-network trial from the instance's metadata service.
+            kwargs["cgroup_parent"] = c.trial_cgroup_parent
         if c.agent_docker_runtime:
             kwargs["runtime"] = c.agent_docker_runtime
         if spec.uid is not None or spec.gid is not None:

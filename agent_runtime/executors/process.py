@@ -18,6 +18,7 @@ from typing import IO
 
 from agent_runtime.config import AgentConfig
 from agent_runtime.executors import LaunchSpec, LineSink
+from agent_runtime.trial_credentials import SHADOWING_ENV, Grant
 
 # The agent's own settings (the dev token among them) never leak into a trial.
 _PRIVATE_PREFIXES = ("CORRAL_AGENT_",)
@@ -114,7 +115,7 @@ class ProcessExecutor:
             )
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        env = process_env(os.environ, spec.env)
+        env = process_env(os.environ, spec.env, spec.credentials)
         if spec.uid is not None or spec.gid is not None:
             # The trial must be able to write its scratch and checkpoint directories.
             owned = [spec.work_dir, spec.checkpoint_dir]
@@ -155,11 +156,20 @@ class ProcessExecutor:
         return ProcessHandle(proc, readers, pid_file)
 
 
-def process_env(host: Mapping[str, str], trial: Mapping[str, str]) -> dict[str, str]:
+def process_env(
+    host: Mapping[str, str], trial: Mapping[str, str], credentials: Grant | None = None
+) -> dict[str, str]:
     """A process trial's environment: the host's (minus the agent's own settings) under the
     trial's. The trial's ``PYTHONPATH`` (the corral_trial helper first) goes in front of the
-    host's instead of replacing it, so what the host put on the path stays importable."""
-    env = {k: v for k, v in host.items() if not k.startswith(_PRIVATE_PREFIXES)}
+    host's instead of replacing it, so what the host put on the path stays importable.
+    With ``credentials``, the trial's own (loopback URI) replace whatever AWS credentials
+    the agent's environment holds: SDKs read environment variables before the endpoint."""
+    shadowing = set(SHADOWING_ENV) if credentials is not None else set()
+    env = {
+        k: v for k, v in host.items() if not k.startswith(_PRIVATE_PREFIXES) and k not in shadowing
+    }
+    if credentials is not None:
+        env.update(credentials.env("loopback"))
     env.update(trial)
     if trial.get("PYTHONPATH") and host.get("PYTHONPATH"):
         env["PYTHONPATH"] = f"{trial['PYTHONPATH']}:{host['PYTHONPATH']}"

@@ -22,6 +22,9 @@
 #                 boot_disk_source_image out (CORRAL_AGENT_IMAGE)
 #   AGENT_TAG     the network tag firewall.sh's rules target (default corral-agent): pools that
 #                 leave network_tags out get it (CORRAL_AGENT_NETWORK_TAG)
+#   CHECKPOINT_BUCKET    optional: bucket trials write checkpoints to (objectAdmin for the
+#                 corral-trial account the agents mint trial tokens of)
+#   TRIAL_DATA_BUCKETS   optional: comma-separated buckets trials read data from (objectViewer)
 #   DRY_RUN=1     the same as --dry-run
 #   PYTHON        the interpreter that reads the config with Corral's loader (default python3;
 #                 it needs the project's dependencies: PYTHON=.venv/bin/python)
@@ -55,6 +58,8 @@ PROJECT=${PROJECT:?set PROJECT}
 CONFIG_FILE=${CONFIG_FILE:?set CONFIG_FILE (the cluster config)}
 REGION=${REGION:-us-central1}
 USERS=${USERS:-}
+CHECKPOINT_BUCKET=${CHECKPOINT_BUCKET:-}
+TRIAL_DATA_BUCKETS=${TRIAL_DATA_BUCKETS:-}
 LABEL_KEY=${LABEL_KEY:-managed-by}
 LABEL_VALUE=${LABEL_VALUE:-corral}
 NAME_PREFIX=${NAME_PREFIX:-corral-agent}
@@ -126,9 +131,9 @@ ensure "${g[@]}" pubsub topics create "$DEAD_LETTER"
 ensure "${g[@]}" pubsub subscriptions create "$DEAD_LETTER-sub" --topic="$DEAD_LETTER" \
     --message-retention-duration=7d --expiration-period=never
 
-# ---- 5. Service accounts: one per function, one for the agents ------------------------------
+# ---- 5. Service accounts: one per function, one for the agents, one for their trials ---------
 FUNCTIONS=(api schedule scale-up idle-reap spot-reconcile)
-for name in "${FUNCTIONS[@]}" agent; do
+for name in "${FUNCTIONS[@]}" agent trial; do
     ensure "${g[@]}" iam service-accounts create "corral-$name" --display-name="Corral $name"
 done
 sa() { echo "serviceAccount:corral-$1@$SA_DOMAIN"; }
@@ -189,6 +194,20 @@ while IFS=$'\t' read -r kind a b c d; do
     warning) echo "deploy.sh: warning: $a" >&2 ;;
     esac
 done <<<"$POOL_NEEDS"
+# The trials' own account (docs/security.md, "Trial credentials"): the agent mints a token
+# of it per trial (Token Creator on this account only; never the instance's identity); it
+# reaches the checkpoint bucket and the data buckets, nothing else.
+TRIAL_SA="corral-trial@$SA_DOMAIN"
+run "${g[@]}" iam service-accounts add-iam-policy-binding "$TRIAL_SA" \
+    --member="serviceAccount:$AGENT_SA" --role=roles/iam.serviceAccountTokenCreator
+if [ -n "${CHECKPOINT_BUCKET:-}" ]; then
+    run "${g[@]}" storage buckets add-iam-policy-binding "gs://$CHECKPOINT_BUCKET" \
+        --member="serviceAccount:$TRIAL_SA" --role=roles/storage.objectAdmin
+fi
+for bucket in ${TRIAL_DATA_BUCKETS//,/ }; do
+    run "${g[@]}" storage buckets add-iam-policy-binding "gs://$bucket" \
+        --member="serviceAccount:$TRIAL_SA" --role=roles/storage.objectViewer
+done
 
 # ---- 7. The functions --------------------------------------------------------------------------
 # Cloud Functions wants main.py and requirements.txt at the source root: stage them.

@@ -291,6 +291,8 @@ def make_agent(
             "agent_reconnect_backoff": 0.5,
             "shutdown_command": ["fake-shutdown"],
             "request_timeout_s": 2.0,
+            # Any free port: tests run side by side (docs/security.md, "Trial credentials").
+            "trial_credentials_port": 0,
         }
         settings.update(overrides)
         shutdowns: list[list[str]] = []
@@ -309,6 +311,8 @@ def make_agent(
         for run in harness.agent.trials.values():
             run.stop(run.state, 0, 0)
             run.kill_now()
+        if harness.agent.credentials is not None:  # nor a credentials listener
+            harness.agent.credentials.close()
 
 
 def trial_script(tmp_path: Path, body: str, name: str = "trial.py") -> list[str]:

@@ -50,6 +50,14 @@ def test_config_from_an_ssm_parameter_wires_the_aws_adapters(moto: None) -> None
     assert isinstance(ctx.queue, SqsQueue)
 
 
+def test_the_trial_role_comes_from_the_stack(moto: None) -> None:
+    env = {composition.CONFIG_ENV: YAML}
+    assert composition.context_from_env(env).trial_role_arn is None
+    role = "arn:aws:iam::123456789012:role/corral-TrialRole-ABC"
+    env[composition.TRIAL_ROLE_ENV] = role
+    assert composition.context_from_env(env).trial_role_arn == role
+
+
 def test_inline_config_wins_and_ssm_is_not_read() -> None:
     def never(name: str) -> str:
         raise AssertionError(f"read {name}")

@@ -228,6 +228,7 @@ _TARGETS = {
     ("pubsub", "topics"): "topic",
     ("secrets",): "secret",
     ("run", "services"): "run-service",
+    ("storage", "buckets"): "bucket",
 }
 
 
@@ -260,11 +261,17 @@ NETWORK_USER = "roles/compute.networkUser"
 DISK_ROLE = re.compile(r"^projects/[^/]+/roles/corralDisk(Reader|User)$")
 
 
-def gcp_problems(found: Iterable[Binding], agent_sa: str, name_prefix: str) -> list[str]:
+def gcp_problems(
+    found: Iterable[Binding], agent_sa: str, name_prefix: str, trial_sa: str | None = None
+) -> list[str]:
     """GCP's versions of the AWS rules: no basic role (GCP's wildcard); Compute Engine roles
     only under a condition on Corral's instance/disk name prefix (IAM conditions cannot read
     labels); Service Account User (GCP's PassRole) only on the agent's account; the agent's
-    account nothing beyond writing logs and invoking the API."""
+    account nothing beyond writing logs, invoking the API and minting the trial account's
+    tokens; the trial account (default ``corral-trial@`` beside the agent's) nothing but
+    objects of named buckets."""
+    trial_sa = trial_sa or agent_sa.replace("corral-agent@", "corral-trial@", 1)
+    trial_roles = {"roles/storage.objectAdmin", "roles/storage.objectViewer"}
     problems = []
     for b in found:
         where = f"{b.role} for {b.member} on {b.target}"
@@ -278,11 +285,22 @@ def gcp_problems(found: Iterable[Binding], agent_sa: str, name_prefix: str) -> l
         # An existing disk a pool attaches: its custom role, on that one disk only.
         if DISK_ROLE.search(b.role) and not b.target.startswith("compute disks "):
             problems.append(f"{where}: a disk role beyond one disk")
-        acts_as = ("roles/iam.serviceAccountUser", "roles/iam.serviceAccountTokenCreator")
-        if b.role in acts_as and b.target != f"service-account {agent_sa}":
+        if b.role == "roles/iam.serviceAccountUser" and b.target != f"service-account {agent_sa}":
             problems.append(f"{where}: may act as accounts other than the agent's")
+        if b.role == "roles/iam.serviceAccountTokenCreator" and (
+            b.target != f"service-account {trial_sa}" or b.member != f"serviceAccount:{agent_sa}"
+        ):
+            problems.append(f"{where}: only the agent may mint tokens, of the trial account only")
         if b.member == f"serviceAccount:{agent_sa}":
-            allowed = {("roles/logging.logWriter", "project"), ("roles/run.invoker", "run-service")}
+            allowed = {
+                ("roles/logging.logWriter", "project"),
+                ("roles/run.invoker", "run-service"),
+                ("roles/iam.serviceAccountTokenCreator", "service-account"),
+            }
             if (b.role, b.target.split(" ")[0]) not in allowed:
                 problems.append(f"{where}: the agent may only write logs and call the API")
+        if b.member == f"serviceAccount:{trial_sa}" and (
+            b.role not in trial_roles or not b.target.startswith("bucket gs://")
+        ):
+            problems.append(f"{where}: trials reach objects of named buckets only")
     return problems

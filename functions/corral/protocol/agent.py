@@ -73,6 +73,11 @@ class RegisterResponse(_Model):
         "control plane declares a silent agent lost, and runs its trials elsewhere, soon "
         "after, and a trial must never run in two places. None: never",
     )
+    trial_role_arn: str | None = Field(
+        default=None,
+        description="The deployment's trial role (AWS): the agent assumes it once per trial "
+        "and serves that session to the trial alone. None: the deployment names none",
+    )
 
 
 class GpuMetric(_Model):

@@ -102,6 +102,7 @@ def register(ctx: Context, request: RegisterRequest, proven_cloud_id: str) -> Re
             heartbeat_interval_s=ctx.settings.heartbeat_interval_s,
             dead_man_switch_s=ctx.settings.dead_man_switch_s,
             fence_after_s=ctx.settings.fence_after_s,
+            trial_role_arn=ctx.trial_role_arn,
         )
 
     try:

@@ -181,6 +181,7 @@ def test_on_demand_run_instances_request_is_exact(env: Env) -> None:
         ],
         "MetadataOptions": {
             "HttpTokens": "required",
+            "HttpPutResponseHopLimit": 1,
             "HttpEndpoint": "enabled",
             "InstanceMetadataTags": "enabled",
         },
@@ -267,6 +268,8 @@ def test_instance_and_root_volume_carry_the_tags_and_imdsv2_is_required(env: Env
         "team": "ml",
     }
     assert instance["MetadataOptions"]["HttpTokens"] == "required"
+    # One hop: a Docker bridge container (a hop more) cannot get an IMDSv2 token.
+    assert instance["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
     assert instance["MetadataOptions"]["InstanceMetadataTags"] == "enabled"
     attribute = env.ec2.describe_instance_attribute(
         InstanceId=cloud_id, Attribute="instanceInitiatedShutdownBehavior"

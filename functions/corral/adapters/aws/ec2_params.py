@@ -37,9 +37,15 @@ USER_DATA_LIMIT = 16 * 1024
 # EC2 ClientToken: at most 64 ASCII characters.
 CLIENT_TOKEN_LIMIT = 64
 # IMDSv2 only (no token-less metadata reads), and instance tags readable from IMDS so the
-# agent learns its pool and record without ec2:DescribeTags.
-METADATA_OPTIONS = {
+# agent learns its pool and record without ec2:DescribeTags. Hop limit 1, stated rather than
+# left to the image (some AMIs default to 2): the IMDSv2 token's reply dies at the first
+# router, so a trial container on a Docker bridge (one hop more) cannot get a token, hence
+# not the instance role's credentials. Trials get credentials of their own from the agent
+# (agent_runtime/trial_credentials.py); host-network trials are kept from the metadata
+# service by the agent's firewall rule (agent_runtime/metadata_guard.py). docs/security.md.
+METADATA_OPTIONS: dict[str, str | int] = {
     "HttpTokens": "required",
+    "HttpPutResponseHopLimit": 1,
     "HttpEndpoint": "enabled",
     "InstanceMetadataTags": "enabled",
 }

@@ -27,6 +27,9 @@ Environment (set by ``infra/template.yaml``):
 ``CORRAL_ADMINS``
     Admins added to the cluster config's ``admins`` (comma-separated principal names or
     patterns). Optional; the local stack sets it to its default user.
+``CORRAL_TRIAL_ROLE_ARN``
+    The stack's TrialRole, told to agents at registration (they assume it once per trial).
+    Optional; unset, trials get no AWS credentials from their agents.
 ``AWS_REGION``
     Set by Lambda: the region of the table, the queues and the SSM parameter. Pools name
     their own EC2 region.
@@ -52,6 +55,7 @@ TABLE_PREFIX_ENV = "CORRAL_TABLE_PREFIX"
 TAG_KEY_ENV = "CORRAL_TAG_KEY"
 TAG_VALUE_ENV = "CORRAL_TAG_VALUE"
 ADMINS_ENV = "CORRAL_ADMINS"
+TRIAL_ROLE_ENV = "CORRAL_TRIAL_ROLE_ARN"
 QUEUE_URL_ENV: Mapping[QueueName, str] = {
     QueueName.SCHEDULE: "CORRAL_SCHEDULE_QUEUE_URL",
     QueueName.SCALE_UP: "CORRAL_SCALE_UP_QUEUE_URL",
@@ -110,6 +114,7 @@ def context_from_env(
         pools={pool.name: pool for pool in config.resource_pools},
         default_pool=config.default_pool_name,
         admins=admins_with(config.admins, env.get(ADMINS_ENV, "")),
+        trial_role_arn=env.get(TRIAL_ROLE_ENV) or None,
     )
 
 

@@ -143,6 +143,9 @@ class Context:
     # work. Empty by default: a runtime that passes none has no admins, and owners alone may
     # change their work.
     admins: tuple[str, ...] = ()
+    # The deployment's trial role (AWS; the template's TrialRole): told to agents at
+    # registration, so each trial gets credentials of its own (docs/security.md).
+    trial_role_arn: str | None = None
 
     def pool(self, name: str) -> PoolPolicy | None:
         return self.pools.get(name)
