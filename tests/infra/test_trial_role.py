@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -175,14 +176,14 @@ GCP_TRIAL = "serviceAccount:corral-trial@p.iam.gserviceaccount.com"
 
 
 @pytest.fixture(scope="module")
-def gcp_bindings(tmp_path_factory: pytest.TempPathFactory) -> list[iam_rules.Binding]:
-    config = tmp_path_factory.mktemp("gcp") / "cluster.yaml"
-    config.write_text("resource_pools: []\n")
+def gcp_bindings() -> list[iam_rules.Binding]:
     env = {
         "PATH": os.environ["PATH"],
         "DRY_RUN": "1",
         "PROJECT": "p",
-        "CONFIG_FILE": str(config),
+        # deploy.sh reads a valid config with Corral's own loader, run by PYTHON.
+        "CONFIG_FILE": str(ROOT / "tests" / "fixtures" / "gcp" / "cluster.yaml"),
+        "PYTHON": sys.executable,
         "CHECKPOINT_BUCKET": "ckpt",
         "TRIAL_DATA_BUCKETS": "data-a,data-b",
     }
