@@ -68,6 +68,11 @@ def trial_env(
         env["GLOO_PORT_RANGE"] = gloo_port_range
     if nccl_port_range:
         env["NCCL_PORT_RANGE"] = nccl_port_range
+    if a.checkpoint.endpoint_url:
+        # S3-compatible storage (MinIO, ...): every current AWS SDK and the CLI send their S3
+        # calls to AWS_ENDPOINT_URL_S3. Below the experiment's own variables, which may point
+        # their SDK elsewhere (a dataset on AWS S3 itself).
+        env["AWS_ENDPOINT_URL_S3"] = a.checkpoint.endpoint_url
     env.update(a.environment)
     helper = HELPER_MOUNT if in_container else str(HELPER_DIR)
     user_path = a.environment.get("PYTHONPATH")
@@ -84,6 +89,10 @@ def trial_env(
             "CORRAL_METRICS_FILE": str(metrics_file) if metrics_file else os.devnull,
         }
     )
+    if a.checkpoint.endpoint_url:
+        env["CORRAL_CHECKPOINT_ENDPOINT_URL"] = a.checkpoint.endpoint_url
+    else:
+        env.pop("CORRAL_CHECKPOINT_ENDPOINT_URL", None)
     if a.checkpoint.latest:
         env["CORRAL_LATEST_CHECKPOINT"] = a.checkpoint.latest
     else:

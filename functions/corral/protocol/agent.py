@@ -169,6 +169,10 @@ class Rendezvous(_Model):
 class CheckpointSpec(_Model):
     storage_uri: str = Field(description="s3://bucket/prefix/..., gs://..., or file:///dir")
     latest: str | None = Field(default=None, description="Checkpoint to resume from, if any")
+    endpoint_url: str | None = Field(
+        default=None,
+        description="s3:// storage only: an S3-compatible endpoint (MinIO, ...); None: AWS S3",
+    )
 
 
 class RegistryAuth(_Model):

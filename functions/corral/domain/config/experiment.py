@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from corral.domain import text
@@ -224,7 +224,16 @@ class S3Storage(FrozenModel):
     prefix: str = ""
     """Key prefix inside the bucket."""
     endpoint_url: str | None = None
-    """S3-compatible endpoint (MinIO, ...); none: AWS S3."""
+    """S3-compatible endpoint (MinIO, ...), `http://` or `https://`: the trial's AWS SDK sends
+    its S3 calls there (`AWS_ENDPOINT_URL_S3`, also `CORRAL_CHECKPOINT_ENDPOINT_URL`); none:
+    AWS S3."""
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise field_error("must start with http:// or https://")
+        return value
 
 
 class GcsStorage(FrozenModel):

@@ -56,7 +56,9 @@ def build_assignment(ctx: Context, trial: Trial, agent_id: str) -> TrialAssignme
             for b in config.bind_mounts
         ],
         checkpoint=CheckpointSpec(
-            storage_uri=checkpoint_uri(ctx, config, trial), latest=trial.latest_checkpoint
+            storage_uri=checkpoint_uri(ctx, config, trial),
+            latest=trial.latest_checkpoint,
+            endpoint_url=_endpoint_url(config),
         ),
         rendezvous=rendezvous,
         registry_auth=_registry_auth(config),
@@ -68,6 +70,11 @@ def _registry_auth(config: ExperimentConfig) -> RegistryAuth | None:
     if auth is None:
         return None
     return RegistryAuth.model_validate(auth.model_dump(mode="json"))
+
+
+def _endpoint_url(config: ExperimentConfig) -> str | None:
+    storage = config.checkpoint_storage
+    return storage.endpoint_url if storage is not None and storage.type == "s3" else None
 
 
 def checkpoint_uri(ctx: Context, config: ExperimentConfig, trial: Trial) -> str:
