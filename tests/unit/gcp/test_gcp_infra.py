@@ -74,8 +74,13 @@ def test_every_function_is_deployed_with_an_existing_entry_point(dry_run: str) -
 def test_iam_is_scoped(dry_run: str) -> None:
     assert "roles/compute.instanceAdmin.v1 --condition=expression" in dry_run
     assert "roles/owner" not in dry_run and "roles/editor" not in dry_run
-    user_bindings = re.findall(r"service-accounts add-iam-policy-binding (\S+)", dry_run)
-    assert user_bindings == ["corral-agent@proj-123.iam.gserviceaccount.com"]
+    # Acting as an account: scale_up as the agent's (to attach it), the agent as the trials'
+    # (to mint their tokens); no other account is ever granted on.
+    acts_on = re.findall(r"service-accounts add-iam-policy-binding (\S+)", dry_run)
+    assert acts_on == [
+        "corral-agent@proj-123.iam.gserviceaccount.com",
+        "corral-trial@proj-123.iam.gserviceaccount.com",
+    ]
     # A pool with no existing disk and no shared VPC needs nothing more.
     assert (
         "roles/compute.networkUser" not in dry_run and "disks add-iam-policy-binding" not in dry_run
