@@ -10,9 +10,9 @@ leaves no process behind.
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
-import secrets
 import signal
 import sys
 import threading
@@ -22,8 +22,11 @@ from typing import Any
 
 from corral.domain.config import LoadedConfig, cluster_config_from_mapping, parse_yaml
 from corral.local import moto_server, users
+from corral.local.agent_venv import developer_agent
+from corral.local.credentials import CredentialStore
 from corral.local.faults import install_capacity_faults, install_handler_capacity_faults
 from corral.local.http_shim import HttpShim
+from corral.local.iam_authorizer import IamAuthorizer
 from corral.local.instance_emulator import EmulatorSettings, InstanceEmulator
 from corral.local.lambda_host import FunctionHost, FunctionOutput
 from corral.local.pollers import QueuePoller
@@ -64,9 +67,15 @@ class StackOptions:
     verbose: bool = False
 
 
-# The agent's timers, shortened for a laptop: notices are polled every second, a stopped
-# trial gets a few seconds to checkpoint, and a lost stack is noticed within a minute.
+# The local deployment's agent settings (CORRAL_AGENT_SETTINGS, which scale_up writes into
+# every launch's user data, as a real deployment's would). The agent's timers, shortened for
+# a laptop: notices are polled every second, a stopped trial gets a few seconds to
+# checkpoint, and a lost stack is noticed within a minute. Trials are processes (no Docker),
+# and the dead man's switch "shuts the machine down": here, the agent itself (its parent is
+# the shell the switch runs), never the developer's computer.
 DEV_AGENT_SETTINGS: dict[str, Any] = {
+    "executor": "process",
+    "shutdown_command": ["sh", "-c", "kill -TERM $PPID"],
     "interruption_poll_s": 1.0,
     "interruption_margin_s": 2.0,
     "stop_grace_s": 5.0,
@@ -76,6 +85,29 @@ DEV_AGENT_SETTINGS: dict[str, Any] = {
     "agent_reconnect_backoff": 1.0,
     "dead_man_switch_s": 60.0,
 }
+
+
+AGENT_ROLE = "corral-local-agent"
+_EC2_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "ec2.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ],
+}
+
+
+def _create_agent_role(session: Any) -> str:
+    """The agent role and its instance profile in moto (the template's AgentRole and
+    AgentInstanceProfile); returns the profile's ARN."""
+    iam = session.client("iam")
+    iam.create_role(RoleName=AGENT_ROLE, AssumeRolePolicyDocument=json.dumps(_EC2_TRUST))
+    profile = iam.create_instance_profile(InstanceProfileName=AGENT_ROLE)["InstanceProfile"]
+    iam.add_role_to_instance_profile(InstanceProfileName=AGENT_ROLE, RoleName=AGENT_ROLE)
+    return str(profile["Arn"])
 
 
 def _become_subreaper() -> None:
@@ -161,8 +193,9 @@ class DevStack:
         # The default user's token is new on every start; users added with `corral dev user
         # add` keep theirs (local/users.py).
         self.user_token = users.start_default_user(self.state)
-        agent_secret = secrets.token_hex(32)
-        self._set_function_env(config_text, config, agent_secret)
+        credentials = CredentialStore(moto_server.FAKE_ACCOUNT)
+        profile_arn = _create_agent_role(session)
+        self._set_function_env(config_text, config, profile_arn)
 
         # Function output (JSON logs, EMF metrics) goes to logs/functions.log, not the terminal.
         self._function_log = (self.state.logs / "functions.log").open("a", buffering=1)
@@ -170,14 +203,14 @@ class DevStack:
         sys.stdout = FunctionOutput(sys.stdout, self._function_log)
         host = FunctionHost(region)
         http_fn = self.resources.http
+        authorizer = IamAuthorizer(credentials)
         self.http = HttpShim(
-            lambda event: host.invoke(http_fn, event),
+            authorizer.wrap(lambda event: host.invoke(http_fn, event)),
             self.options.api_port,
             route_key=self.resources.http_route,
         )
         self.api_url = self.http.url
-        # Written into each launch's user data (the emulator starts agents with their own
-        # config, but the bootstrap rendered by scale_up should name the real endpoint).
+        # Written into each launch's user data: where the agents reach the API.
         os.environ["CORRAL_API_URL"] = self.api_url
         self.http.start()
         sqs = session.client("sqs")
@@ -200,11 +233,10 @@ class DevStack:
             dict.fromkeys((p.ownership.key, p.ownership.value) for p in config.resource_pools)
         )
         settings = EmulatorSettings(
-            api_url=self.api_url,
-            agent_secret=agent_secret.encode(),
             ownership=ownership,
+            agent_home=developer_agent(self.state.root / "image" / "corral-agent"),
+            credentials=credentials,
             boot_delay_s=self.options.boot_delay_s,
-            agent_settings={**DEV_AGENT_SETTINGS, **self.options.agent_settings},
             agent_env=self._agent_env,
         )
         self.emulator = InstanceEmulator(self.state, session, settings, self.stop_event)
@@ -213,7 +245,7 @@ class DevStack:
         self.state.write(self.state.aws_endpoint_file, self.aws_endpoint + "\n")
         self.state.write(self.state.endpoint_file, self.api_url + "\n")
 
-    def _set_function_env(self, config_text: str, config: Any, agent_secret: str) -> None:
+    def _set_function_env(self, config_text: str, config: Any, profile_arn: str) -> None:
         assert self.resources is not None
         env = self.resources.environment()
         env.update(
@@ -225,7 +257,13 @@ class DevStack:
                 # The stack's default user administers it (kills anyone's work, resets
                 # breakers), whatever the config's `admins` says; users added later do not.
                 "CORRAL_ADMINS": users.DEFAULT_USER,
-                "CORRAL_AGENT_TOKEN_SECRET": agent_secret,
+                # Agents sign with SigV4 as on AWS: the role EC2 names their sessions under.
+                "CORRAL_AGENT_ROLE_NAME": AGENT_ROLE,
+                "CORRAL_ACCOUNT_ID": moto_server.FAKE_ACCOUNT,
+                "CORRAL_AGENT_INSTANCE_PROFILE_ARN": profile_arn,
+                "CORRAL_AGENT_SETTINGS": json.dumps(
+                    {**DEV_AGENT_SETTINGS, **self.options.agent_settings}
+                ),
                 "POWERTOOLS_LOG_LEVEL": "DEBUG" if self.options.verbose else "INFO",
             }
         )

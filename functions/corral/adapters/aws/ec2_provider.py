@@ -129,10 +129,16 @@ class Ec2Provider:
         clock: Clock | None = None,
         user_data: UserDataRenderer | None = None,
         api_url: str | None = None,
+        agent_settings: Mapping[str, object] | None = None,
+        instance_profile_arn: str | None = None,
     ) -> None:
         self._pools = cloud_pools(config, AwsProvider)
         # Where agents of pools without a master_url reach the control plane (the API).
         self._api_url = api_url
+        # The deployment's: agent settings for every launch's user data, and the agent
+        # profile for pools that name none.
+        self._agent_settings = dict(agent_settings or {})
+        self._instance_profile_arn = instance_profile_arn
         # One listing per (region, tag pair) covers every pool sharing it.
         self._scopes = sorted({(p.region, p.tag_key, p.tag_value) for p in self._pools.values()})
         self._client = client
@@ -147,7 +153,9 @@ class Ec2Provider:
             raise LaunchError(
                 LaunchErrorClass.INVALID_CONFIG, "UnknownPool", f"no AWS pool {request.pool!r}"
             )
-        params = run_instances_params(provider, request, self._user_data(request))
+        params = run_instances_params(
+            provider, request, self._user_data(request), self._instance_profile_arn
+        )
         with _launch_errors():
             response = self._ec2(provider.region).run_instances(**params)
         instance = response["Instances"][0]
@@ -427,7 +435,9 @@ class Ec2Provider:
         )
 
     def _default_user_data(self, request: LaunchRequest) -> str:
-        return render_user_data(self._pools[request.pool], request, self._api_url)
+        return render_user_data(
+            self._pools[request.pool], request, self._api_url, self._agent_settings
+        )
 
 
 __all__ = ["EC2_STATES", "Ec2Provider", "UserDataRenderer"]

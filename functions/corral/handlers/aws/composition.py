@@ -35,6 +35,7 @@ Environment (set by ``infra/template.yaml``):
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -52,6 +53,10 @@ TABLE_PREFIX_ENV = "CORRAL_TABLE_PREFIX"
 TAG_KEY_ENV = "CORRAL_TAG_KEY"
 TAG_VALUE_ENV = "CORRAL_TAG_VALUE"
 ADMINS_ENV = "CORRAL_ADMINS"
+# The deployment's agent settings (a JSON object merged into every launch's agent config)
+# and the agent instance profile attached to launches of pools that name none.
+AGENT_SETTINGS_ENV = "CORRAL_AGENT_SETTINGS"
+AGENT_PROFILE_ENV = "CORRAL_AGENT_INSTANCE_PROFILE_ARN"
 QUEUE_URL_ENV: Mapping[QueueName, str] = {
     QueueName.SCHEDULE: "CORRAL_SCHEDULE_QUEUE_URL",
     QueueName.SCALE_UP: "CORRAL_SCALE_UP_QUEUE_URL",
@@ -103,7 +108,12 @@ def context_from_env(
     return Context(
         store=DynamoStore(clients.get("dynamodb"), prefix=env.get(TABLE_PREFIX_ENV)),
         cloud=Ec2Provider(
-            config, client=clients.get("ec2"), clock=clock, api_url=env.get("CORRAL_API_URL")
+            config,
+            client=clients.get("ec2"),
+            clock=clock,
+            api_url=env.get("CORRAL_API_URL"),
+            agent_settings=agent_settings(env),
+            instance_profile_arn=env.get(AGENT_PROFILE_ENV) or None,
         ),
         queue=SqsQueue(queue_urls, client=clients.get("sqs")),
         clock=clock,
@@ -111,6 +121,20 @@ def context_from_env(
         default_pool=config.default_pool_name,
         admins=admins_with(config.admins, env.get(ADMINS_ENV, "")),
     )
+
+
+def agent_settings(env: Mapping[str, str]) -> dict[str, object]:
+    """``CORRAL_AGENT_SETTINGS``: a JSON object, or a CompositionError naming it."""
+    text = env.get(AGENT_SETTINGS_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise CompositionError(f"{AGENT_SETTINGS_ENV}: not JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise CompositionError(f"{AGENT_SETTINGS_ENV}: must be a JSON object of agent settings")
+    return value
 
 
 def cluster_config(env: Mapping[str, str], read_parameter: ParameterReader) -> ClusterConfig:
