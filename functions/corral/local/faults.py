@@ -6,7 +6,8 @@ and the stack applies:
 - ``interrupt``: what EC2 does two minutes before it takes a spot instance back, compressed.
   The "EC2 Spot Instance Interruption Warning" goes through EventBridge ``put_events`` (the
   template's rule routes it to the interruption queue), the notice reaches the agent through
-  its metadata notice file, and the stack's emulator terminates the instance when the
+  its instance's metadata service (``spot/instance-action``, read from the notice file this
+  writes: ``corral.local.imds``), and the stack's emulator terminates the instance when the
   (shortened) notice window ends.
 - ``capacity``: RunInstances for a matching offering fails with
   ``InsufficientInstanceCapacity``, via a ``before-call.ec2.RunInstances`` hook (moto never

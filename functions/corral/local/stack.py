@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.domain.config import LoadedConfig, cluster_config_from_mapping, parse_yaml
-from corral.local import moto_server, users
-from corral.local.agent_venv import developer_agent
+from corral.local import agent_venv, moto_server, users
 from corral.local.credentials import CredentialStore
 from corral.local.faults import install_capacity_faults, install_handler_capacity_faults
 from corral.local.http_shim import HttpShim
@@ -87,6 +86,40 @@ DEV_AGENT_SETTINGS: dict[str, Any] = {
 }
 
 
+_NOT_ON_A_MACHINE = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+
+
+class _AgentInstall:
+    """The agent venv (``agent_venv``) built in a thread, joined before the first boot."""
+
+    def __init__(self, state: StateDir) -> None:
+        self._state = state
+        self._home: Path | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._build, name="agent-venv", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _build(self) -> None:
+        try:
+            root = agent_venv.project_root()
+            if root is None:
+                log.info("no checkout to build the agent from: machines run this interpreter's")
+                self._home = agent_venv.developer_agent(self._state.root / "image" / "agent")
+            else:
+                self._home = agent_venv.agent_install(root)
+        except BaseException as error:  # re-raised in the starting thread
+            self._error = error
+
+    def result(self) -> Path:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._home is not None
+        return self._home
+
+
 AGENT_ROLE = "corral-local-agent"
 _EC2_TRUST = {
     "Version": "2012-10-17",
@@ -135,9 +168,13 @@ class DevStack:
         self._stopped = False
         self._saved_stdout: Any = None
         self._function_log: Any = None
-        # Taken before the stack adds moto's endpoint, fake credentials and its secrets.
+        # The machines' environment: taken before the stack adds moto's endpoint, fake
+        # credentials and its secrets, and without the developer's Python settings (the
+        # agent is the one installed in its own venv, as on the image).
         self._agent_env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CORRAL_"))
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AWS_", "CORRAL_")) and k not in _NOT_ON_A_MACHINE
         }
         self._agent_env[WORKSPACE_ENV] = str(Path.cwd())
 
@@ -163,6 +200,10 @@ class DevStack:
 
     def _start(self, config_text: str, config: Any) -> None:
         import boto3  # type: ignore[import-untyped]
+
+        # The agent install is built (or found in its cache) while the rest starts.
+        install = _AgentInstall(self.state)
+        install.start()
 
         self.moto = moto_server.MotoServer(self.state.logs / "moto.log")
         self.moto.start()
@@ -234,7 +275,7 @@ class DevStack:
         )
         settings = EmulatorSettings(
             ownership=ownership,
-            agent_home=developer_agent(self.state.root / "image" / "corral-agent"),
+            agent_home=install.result(),
             credentials=credentials,
             boot_delay_s=self.options.boot_delay_s,
             agent_env=self._agent_env,
