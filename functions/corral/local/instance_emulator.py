@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -180,7 +181,8 @@ class InstanceEmulator:
         if root.exists():
             delete_disk(root, self._state.logs / instance_id)
             log.info("instance %s terminated: its disk is deleted", instance_id)
-        self._state.notice_file(instance_id).unlink(missing_ok=True)
+        # The rest is the emulator's own (notice and rebalance files): gone with it.
+        shutil.rmtree(self._state.agent_dir(instance_id), ignore_errors=True)
 
     # ---- machines ---------------------------------------------------------------------
     def _boot(self, instance: dict[str, Any]) -> None:

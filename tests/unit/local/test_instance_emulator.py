@@ -165,6 +165,7 @@ def test_a_terminated_instance_loses_its_processes_and_its_disk(
     assert instance_id not in emulator.agents
     assert not pid_alive(pid)
     assert not disk.exists()  # DeleteOnTermination
+    assert not emulator._state.agent_dir(instance_id).exists()
     kept = emulator._state.logs / instance_id / "corral-bootstrap.log"
     assert "agent started" in kept.read_text()  # its logs were shipped first
 
