@@ -234,7 +234,7 @@ class InstanceEmulator:
             role=self._role_of(instance),
             tags=tags if options.get("InstanceMetadataTags") == "enabled" else None,
             notice_file=self._state.notice_file(instance_id),
-            rebalance_file=self._state.agent_dir(instance_id) / "rebalance",
+            rebalance_file=self._state.rebalance_file(instance_id),
         )
 
     def _role_of(self, instance: dict[str, Any]) -> str | None:
