@@ -78,16 +78,20 @@ class IamAuthorizer:
         if not header.startswith(ALGORITHM):
             return event
         creds = self.verify(event, headers, header)
+        # IAM's "role id:session name" (a role id is AROA + 17 characters; this one is made
+        # up, stable per role).
+        role_id = "AROA" + hashlib.sha256(creds.role.encode()).hexdigest()[:17].upper()
+        caller = f"{role_id}:{creds.session_arn.rsplit('/', 1)[1]}"
         context = dict(event.get("requestContext") or {})
         context["authorizer"] = {
             "iam": {
                 "accessKey": creds.access_key_id,
                 "accountId": self._credentials.account,
-                "callerId": f"AROA{creds.role.upper()[:16]}:{creds.session_arn.rsplit('/', 1)[1]}",
+                "callerId": caller,
                 "cognitoIdentity": None,
                 "principalOrgId": None,
                 "userArn": creds.session_arn,
-                "userId": f"AROA{creds.role.upper()[:16]}:{creds.session_arn.rsplit('/', 1)[1]}",
+                "userId": caller,
             }
         }
         return {**event, "requestContext": context}
