@@ -60,6 +60,17 @@ class EmulatorSettings:
     agent_env: dict[str, str] | None = None
 
 
+def forget_previous_machines(state: StateDir) -> list[str]:
+    """A new stack's moto has none of the previous run's instances: their disks go as a
+    terminated instance's do (logs kept in ``logs/<id>/``). Returns their ids."""
+    gone = []
+    for directory in sorted((state.root / "agents").glob("i-*")):
+        delete_disk(directory / "root", state.logs / directory.name)
+        shutil.rmtree(directory, ignore_errors=True)
+        gone.append(directory.name)
+    return gone
+
+
 class InstanceEmulator:
     def __init__(
         self, state: StateDir, session: Any, settings: EmulatorSettings, stop: threading.Event

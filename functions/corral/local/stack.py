@@ -26,7 +26,11 @@ from corral.local.credentials import CredentialStore
 from corral.local.faults import install_capacity_faults, install_handler_capacity_faults
 from corral.local.http_shim import HttpShim
 from corral.local.iam_authorizer import IamAuthorizer
-from corral.local.instance_emulator import EmulatorSettings, InstanceEmulator
+from corral.local.instance_emulator import (
+    EmulatorSettings,
+    InstanceEmulator,
+    forget_previous_machines,
+)
 from corral.local.lambda_host import FunctionHost, FunctionOutput
 from corral.local.pollers import QueuePoller
 from corral.local.proctree import descendants, stop_tree
@@ -187,6 +191,7 @@ class DevStack:
         loaded = read_cluster_config(config_text)  # a bad config fails here, before moto
         self.state.prepare()
         self.state.clear_runtime_files()
+        forget_previous_machines(self.state)
         if self._saved_stdout is not None:
             sys.stdout = self._saved_stdout
             self._function_log.close()

@@ -26,7 +26,11 @@ from agent_runtime.gpus import detect_gpus
 from corral.bootstrap import BootstrapSettings, render_bootstrap
 from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.local.credentials import CredentialStore
-from corral.local.instance_emulator import EmulatorSettings, InstanceEmulator
+from corral.local.instance_emulator import (
+    EmulatorSettings,
+    InstanceEmulator,
+    forget_previous_machines,
+)
 from corral.local.machine import Boot
 from corral.local.state import StateDir, pid_alive
 from tests.moto_env import ACCOUNT, REGION, use_moto_env
@@ -227,3 +231,18 @@ def test_a_failing_user_data_leaves_the_machine_up_without_an_agent(
     assert instance_id not in emulator.agents
     log = emulator._state.logs / f"agent-{instance_id}.log"
     assert "no agent here" in log.read_text()  # the console output
+
+
+def test_a_new_stack_forgets_the_previous_runs_disks_but_keeps_their_logs(
+    tmp_path: Path,
+) -> None:
+    state = StateDir(tmp_path / "dev")
+    state.prepare()
+    old = state.agent_dir("i-0123456789abcdef0")
+    (old / "root/var/log").mkdir(parents=True)
+    (old / "root/var/log/corral-agent.log").write_text("registered\n")
+    (old / "notice").write_text("10\n")
+
+    assert forget_previous_machines(state) == ["i-0123456789abcdef0"]
+    assert not old.exists()
+    assert (state.logs / "i-0123456789abcdef0/corral-agent.log").read_text() == "registered\n"
