@@ -1,10 +1,12 @@
 """``DevStack``: Corral on one machine, driven as AWS drives it.
 
 One process holds the moto server (a child), the tables/queues/rules from the template, the
-real handlers behind an HTTP shim, the queue pollers and timers (threads) and the instance
-emulator, whose agents are child processes. The stack makes itself a child subreaper, so a
-trial orphaned by a dying agent is re-parented to it and still stopped on shutdown: ``stop``
-leaves no process behind.
+real handlers behind an HTTP shim (and API Gateway's IAM authorizer in front of them), the
+queue pollers and timers (threads) and the instance emulator, whose machines boot from their
+user data in process sessions of their own, running the agent installed from this
+checkout's wheel (``agent_venv``). The stack makes itself a child subreaper, so an agent the
+boot's shell left behind, or a trial orphaned by a dying agent, is re-parented to it and
+still stopped on shutdown: ``stop`` leaves no process behind.
 """
 
 from __future__ import annotations
