@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 ENV_PREFIX = "CORRAL_AGENT_"
 CONFIG_ENV = "CORRAL_AGENT_CONFIG"
 DEFAULT_PATH = Path("/etc/corral/agent.yaml")
+# Where the EC2 metadata service answers when the config names none: the variable botocore
+# reads too, so the agent's identity and its signing credentials come from the same place.
+# Unset on EC2 (the link-local default); the local stack's emulator sets it per instance.
+EC2_METADATA_ENV = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 
 AuthMode = Literal["dev", "gce", "aws"]
 CloudKind = Literal["ec2", "gce", "dev"]
@@ -207,6 +211,8 @@ def load_config(path: Path | None = None, environ: Mapping[str, str] | None = No
             raise ValueError(f"{path}: the agent config must be a mapping")
         data.update(loaded)
     data.update(_env_overrides(env))
+    if "ec2_metadata_url" not in data and env.get(EC2_METADATA_ENV):
+        data["ec2_metadata_url"] = env[EC2_METADATA_ENV]
     unknown = sorted(set(data) - set(AgentConfig.model_fields))
     if unknown:
         # Ignored, not refused: a newer control plane may write keys an older agent lacks.

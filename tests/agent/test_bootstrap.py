@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +85,43 @@ def test_size_fits_ec2_user_data_and_oversize_is_refused() -> None:
     assert len(typical.encode()) < EC2_USER_DATA_LIMIT
     with pytest.raises(ValueError, match="user-data limit"):
         render_bootstrap(_settings(startup_script="x" * EC2_USER_DATA_LIMIT))
+
+
+def test_a_root_prefixed_boot_writes_and_starts_everything_under_root(tmp_path: Path) -> None:
+    """The local stack's machines boot this way (no systemd, the image's agent under ROOT):
+    the config, the logs and the agent started are the disk's, never /etc or /opt."""
+    root = tmp_path / "disk"
+    agent = root / "opt/corral-agent/bin/corral-agent"
+    agent.parent.mkdir(parents=True)
+    # The "agent" records how it was started, then stays up a moment as a real one would.
+    agent.write_text('#!/bin/sh\necho "$@" > "$CORRAL_AGENT_WORK_DIR/args"\nexec sleep 30\n')
+    agent.chmod(0o755)
+    script = tmp_path / "user-data.sh"
+    script.write_text(render_bootstrap(_settings()))
+    done = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "CORRAL_BOOTSTRAP_ROOT": str(root)},  # no corral-agent
+        start_new_session=True,
+    )
+    pid_file = root / "run/corral-agent.pid"
+    try:
+        assert done.returncode == 0, done.stderr
+        assert "starting the agent with nohup" in done.stderr
+        args = root / "var/lib/corral/args"
+        for _ in range(200):
+            if args.exists() and args.read_text():
+                break
+            time.sleep(0.05)  # the agent is a real process: its start is real time
+        config = root / "etc/corral/agent.yaml"
+        assert args.read_text().split() == ["--config", str(config)]
+        assert json.loads(config.read_text())["pool"] == "gpu-pool"
+        assert (root / "var/log/corral-bootstrap.log").exists()
+        assert not (root / "etc/systemd").exists()  # no systemd under ROOT: no unit written
+    finally:
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)

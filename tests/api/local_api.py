@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from corral.local import moto_server, users
 from corral.local.http_shim import HttpShim
 from corral.local.lambda_host import FunctionHost
 from corral.local.resources import create_from_template
-from corral.local.stack import DevStack, StackOptions, read_cluster_config
+from corral.local.stack import DevStack, StackOptions, _create_agent_role, read_cluster_config
 from corral.local.state import StateDir
 
 
@@ -49,7 +48,8 @@ def main(state_root: Path, config_path: Path) -> None:
         assert resources.http is not None, "the template has no HTTP API"
         stack.resources = resources
         token = users.start_default_user(stack.state)
-        stack._set_function_env(config_text, config, secrets.token_hex(32))
+        # The stack's agent role and instance profile, as `make run` creates them in moto.
+        stack._set_function_env(config_text, config, _create_agent_role(boto3.DEFAULT_SESSION))
         host = FunctionHost(region)
         api = resources.http
         http = HttpShim(lambda event: host.invoke(api, event), route_key=resources.http_route)

@@ -10,6 +10,7 @@ no process is left behind. Every wait is a bounded poll.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,16 @@ def test_grid_survives_a_spot_interruption_and_scales_back_to_zero(stack: Path) 
     assert tags["managed-by"] == "corral-local"
     assert tags[POOL_TAG] == "default" and tags[RECORD_TAG].startswith("inst-")
 
+    # Each booted from its user data on a disk of its own: the agent's config is the one
+    # scale_up rendered (EC2 auth: it signs with its role's credentials, no dev token).
+    disk = state_dir / "agents" / instances[0]["InstanceId"] / "root"
+    config_file = wait_for(
+        "the first instance's boot", lambda: next(disk.glob("etc/corral/agent.yaml"), None), 60
+    )
+    config = json.loads(config_file.read_text())
+    assert config["auth"] == "aws" and "dev_token" not in config
+    assert config["executor"] == "process"  # the local deployment's CORRAL_AGENT_SETTINGS
+
     # Interrupt a spot instance whose trial has been running (and checkpointing) a while.
     def running_trial() -> dict[str, Any] | None:
         detail = corral_json(state_dir, "experiment", "describe", experiment_id)
@@ -112,6 +123,13 @@ def test_grid_survives_a_spot_interruption_and_scales_back_to_zero(stack: Path) 
         ),
         120,
         poll=2.0,
+    )
+
+    # Their disks went with them (DeleteOnTermination), once the emulator saw them go.
+    wait_for(
+        "the terminated instances' disks to be deleted",
+        lambda: not list((state_dir / "agents").iterdir()) or None,
+        30,
     )
 
     # Down leaves nothing behind.

@@ -104,3 +104,42 @@ def test_the_deployment_defaults_come_from_the_env_the_composition_is_given(
     config = composition.cluster_config(env, lambda name: "")
     (pool,) = config.resource_pools
     assert {o.location for o in pool.offerings()} == {"eu-west-1"}
+
+
+def test_the_deployments_agent_settings_and_profile_reach_every_launch(moto: None) -> None:
+    """CORRAL_AGENT_SETTINGS (how the local stack shortens the agent's timers) goes into the
+    user data's agent config; CORRAL_AGENT_INSTANCE_PROFILE_ARN is attached to launches of
+    pools that name no profile (without one the agent has nothing to sign with)."""
+    import base64
+    import json
+
+    from corral.domain.offerings import CapacityType, Offering
+    from corral.ports.cloud import LaunchRequest
+
+    ec2 = boto3.client("ec2")
+    image = ec2.register_image(Name="agent", RootDeviceName="/dev/sda1")["ImageId"]
+    iam = boto3.client("iam")
+    profile = iam.create_instance_profile(InstanceProfileName="agent")["InstanceProfile"]["Arn"]
+    env = {
+        composition.CONFIG_ENV: YAML.replace("ami-12345678", image),
+        "CORRAL_API_URL": "https://api.example.com",
+        composition.AGENT_SETTINGS_ENV: json.dumps({"executor": "process", "tick_s": 0.5}),
+        composition.AGENT_PROFILE_ENV: profile,
+    }
+    ctx = composition.context_from_env(env)
+    offering = Offering("g5.xlarge", "us-east-1", CapacityType.ON_DEMAND, 1, 1.0)
+    request = LaunchRequest(pool="gpu", record_id="rec-1", token="tok-1", offering=offering)
+    instance_id = ctx.cloud.launch(request).cloud_id
+
+    described = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]
+    assert described["Instances"][0]["IamInstanceProfile"]["Arn"] == profile
+    data = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+    script = base64.b64decode(data["UserData"]["Value"]).decode()
+    config = json.loads(script.split("<<'CORRAL_CONFIG_EOF_0'\n", 1)[1].split("\nCORRAL_CONFIG")[0])
+    assert (config["executor"], config["tick_s"], config["pool"]) == ("process", 0.5, "gpu")
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_bad_deployment_agent_settings_are_refused_naming_the_variable(text: str) -> None:
+    with pytest.raises(composition.CompositionError, match="CORRAL_AGENT_SETTINGS"):
+        composition.agent_settings({composition.AGENT_SETTINGS_ENV: text})

@@ -237,12 +237,35 @@ class TokenAuthenticator:
         return None
 
 
+class TokenOrIamAuthenticator:
+    """The local stack: users with bearer tokens, agents with SigV4 as on AWS. The stack's
+    IAM authorizer (``corral.local.iam_authorizer``) fills ``requestContext.authorizer.iam``
+    for signed requests only, so an event carrying it is judged by ``IamAuthenticator``,
+    any other by ``TokenAuthenticator``."""
+
+    def __init__(self, token: TokenAuthenticator, iam: IamAuthenticator) -> None:
+        self._token = token
+        self._iam = iam
+
+    def authenticate(self, event: Mapping[str, Any]) -> Principal:
+        authorizer = (event.get("requestContext") or {}).get("authorizer") or {}
+        if authorizer.get("iam"):
+            return self._iam.authenticate(event)
+        return self._token.authenticate(event)
+
+    def identity_refusal(self, principal: Principal, identity: Identity) -> str | None:
+        return self._iam.identity_refusal(principal, identity) or self._token.identity_refusal(
+            principal, identity
+        )
+
+
 def authenticator_from_env(env: Mapping[str, str]) -> Authenticator:
     """``CORRAL_API_AUTH=iam`` (default): ``CORRAL_AGENT_ROLE_NAME`` (required) and
     ``CORRAL_ACCOUNT_ID`` (optional). ``CORRAL_API_AUTH=token``: ``CORRAL_USER_TOKEN`` (the
     user is named ``CORRAL_USER_NAME``, default "local") and/or ``CORRAL_USERS_FILE`` (a
     ``UsersFile``), at least one of them; ``CORRAL_AGENT_TOKEN_SECRET`` (optional; without
-    it no agent can authenticate)."""
+    it no agent can authenticate); with ``CORRAL_AGENT_ROLE_NAME`` too, agents may also sign
+    with SigV4 as on AWS (``TokenOrIamAuthenticator``: the local stack)."""
     mode = env.get("CORRAL_API_AUTH", "iam")
     if mode == "iam":
         role = env.get("CORRAL_AGENT_ROLE_NAME")
@@ -257,9 +280,15 @@ def authenticator_from_env(env: Mapping[str, str]) -> Authenticator:
                 "CORRAL_USER_TOKEN or CORRAL_USERS_FILE is required with CORRAL_API_AUTH=token"
             )
         secret = env.get("CORRAL_AGENT_TOKEN_SECRET")
-        return TokenAuthenticator(
+        tokens = TokenAuthenticator(
             {token: env.get("CORRAL_USER_NAME", "local")} if token else {},
             secret.encode() if secret else None,
             Path(users_file) if users_file else None,
+        )
+        role = env.get("CORRAL_AGENT_ROLE_NAME")
+        if not role:
+            return tokens
+        return TokenOrIamAuthenticator(
+            tokens, IamAuthenticator(role, env.get("CORRAL_ACCOUNT_ID") or None)
         )
     raise ValueError(f"CORRAL_API_AUTH must be 'iam' or 'token', not {mode!r}")

@@ -3,9 +3,10 @@
 Stdlib only: this runs in the scale-up function on every launch. The script runs the pool's
 ``startup_script`` first and aborts the boot if it fails, writes ``/etc/corral/agent.yaml``
 (JSON, which YAML readers accept), installs the agent if asked, and starts it under systemd
-(or nohup where there is no systemd). ``CORRAL_BOOTSTRAP_ROOT`` (a path prefix) and
-``CORRAL_BOOTSTRAP_DRY_RUN=1`` (print install/start commands instead of running them) exist
-for tests; nothing sets them on a real instance.
+(or nohup where there is no systemd). ``CORRAL_BOOTSTRAP_ROOT`` (a path prefix: everything
+the script writes and the agent it starts are under it; the local stack's machines boot with
+it set to their disk) and ``CORRAL_BOOTSTRAP_DRY_RUN=1`` (print install/start commands
+instead of running them; tests) are never set on a real instance.
 """
 
 from __future__ import annotations

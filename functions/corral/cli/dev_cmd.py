@@ -1,4 +1,4 @@
-"""``corral dev up|down|status|interrupt|capacity|user``: the local stack (no cloud account)."""
+"""``corral dev up|down|status|interrupt|rebalance|capacity|user``: the local stack."""
 
 from __future__ import annotations
 
@@ -413,6 +413,40 @@ def interrupt(
             f"spot interruption warning sent to {shown}; terminated in "
             f"{max(0.0, at - time.time()):.0f} s"
         )
+
+
+@app.command("rebalance")
+def rebalance(
+    instance_id: Annotated[str, typer.Argument(metavar="INSTANCE_ID", help=INSTANCE_HELP)],
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint", help="API that resolves inst-... ids (default: the local stack's)."
+        ),
+    ] = None,
+) -> None:
+    """Send a spot instance a rebalance recommendation (EventBridge and metadata)."""
+    from corral.local import faults
+
+    with render.guard():
+        ident = instance_id.strip()
+        if endpoint is not None:
+            check_url(endpoint)
+        state = _state()
+        session, aws = _session(state)
+        cloud_id = _cloud_id(ident, endpoint, state)
+        os.environ["AWS_ENDPOINT_URL"] = aws
+        shown = cloud_id if cloud_id == ident else f"{ident} ({cloud_id})"
+        try:
+            faults.rebalance(state, session, cloud_id)
+        except faults.NotSpotError:
+            raise CliError(
+                f"{shown} is on-demand: only spot instances get rebalance recommendations",
+                EXIT_USAGE,
+            ) from None
+        except faults.FaultError as exc:
+            raise CliError(str(exc)) from None
+        render.echo(f"rebalance recommendation sent to {shown}")
 
 
 @app.command("capacity")

@@ -6,8 +6,11 @@ and the stack applies:
 - ``interrupt``: what EC2 does two minutes before it takes a spot instance back, compressed.
   The "EC2 Spot Instance Interruption Warning" goes through EventBridge ``put_events`` (the
   template's rule routes it to the interruption queue), the notice reaches the agent through
-  its metadata notice file, and the stack's emulator terminates the instance when the
+  its instance's metadata service (``spot/instance-action``, read from the notice file this
+  writes: ``corral.local.imds``), and the stack's emulator terminates the instance when the
   (shortened) notice window ends.
+- ``rebalance``: an "EC2 Instance Rebalance Recommendation", through EventBridge and the
+  metadata service alike; nothing is terminated.
 - ``capacity``: RunInstances for a matching offering fails with
   ``InsufficientInstanceCapacity``, via a ``before-call.ec2.RunInstances`` hook (moto never
   runs out of capacity).
@@ -27,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
 STATE_CHANGE = "EC2 Instance State-change Notification"
+REBALANCE = "EC2 Instance Rebalance Recommendation"
 DEFAULT_NOTICE_S = 10.0  # dev's stand-in for EC2's two minutes
 
 
@@ -167,8 +171,8 @@ def install_handler_capacity_faults(state: StateDir) -> None:
 
 
 # ---- interruptions --------------------------------------------------------------------
-def interrupt(state: StateDir, session: Any, instance_id: str, notice_s: float) -> float:
-    """Send the warning both ways and schedule the termination; returns its epoch time."""
+def _running_spot(session: Any, instance_id: str) -> None:
+    """Raise unless ``instance_id`` is a running spot instance in moto."""
     ec2 = session.client("ec2")
     try:
         found = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
@@ -185,6 +189,11 @@ def interrupt(state: StateDir, session: Any, instance_id: str, notice_s: float) 
     # production cannot take (and the scheduler would count a preemption that cannot happen).
     if instance.get("InstanceLifecycle") != "spot":
         raise NotSpotError(instance_id)
+
+
+def interrupt(state: StateDir, session: Any, instance_id: str, notice_s: float) -> float:
+    """Send the warning both ways and schedule the termination; returns its epoch time."""
+    _running_spot(session, instance_id)
     terminate_at = time.time() + notice_s
     state.write(state.notice_file(instance_id), f"{notice_s:g}\n")
     put_ec2_event(
@@ -196,6 +205,15 @@ def interrupt(state: StateDir, session: Any, instance_id: str, notice_s: float) 
     with state.edit_faults() as faults:
         faults.setdefault("terminate_at", {})[instance_id] = terminate_at
     return terminate_at
+
+
+def rebalance(state: StateDir, session: Any, instance_id: str) -> None:
+    """What EC2 does when a spot instance's risk of interruption rises: a rebalance
+    recommendation through EventBridge and the metadata service
+    (``events/recommendations/rebalance``), and no termination."""
+    _running_spot(session, instance_id)
+    state.write(state.rebalance_file(instance_id), f"{time.time():.3f}\n")
+    put_ec2_event(session, REBALANCE, instance_id, {"instance-id": instance_id})
 
 
 def due_terminations(state: StateDir, now: float | None = None) -> list[str]:

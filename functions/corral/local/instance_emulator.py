@@ -1,37 +1,45 @@
-"""The machines behind moto's instances: one ``corral-agent`` process per running instance
-Corral launched, stopped when the instance goes.
+"""The machines behind moto's instances: each instance Corral launched boots from the user
+data ``scale_up`` gave ``RunInstances``, on a disk of its own, and is powered off when the
+instance goes.
 
-moto boots instances at once, so an agent starts ``boot_delay_s`` after its instance is first
-seen running, like a real boot. Its identity (instance id, type, zone, spot or not, pool and
-record tags) comes from ``DescribeInstances``, its fake GPUs from the catalog, its bearer
-token from ``mint_agent_token``. A terminated instance is a machine that vanished: the agent
-and its trials are killed outright; graceful stops only happen through interruption notices
-(``faults.interrupt``), as on EC2. A stopped instance (the warm pool) is a machine powered
-off: its agent is killed the same way, its directory (the disk) stays, and when the instance
-runs again a fresh agent boots ``boot_delay_s`` later and registers again, as after a
-launch. The emulator also plays EC2's part in EventBridge: terminations it sees (and those
-it performs when a notice window ends) are published as "EC2 Instance State-change
-Notification" events.
+moto boots instances at once, so a machine boots ``boot_delay_s`` after its instance is first
+seen running, like a real boot. Booting (``corral.local.machine``): the emulator lays the
+image on the instance's disk (``<state>/agents/<id>/root``; the agent install and an
+``nvidia-smi`` reporting the instance type's GPUs), starts the instance's metadata service
+(``corral.local.imds``: identity, role credentials, spot notices, tags), and runs the user
+data read back from EC2 (``DescribeInstanceAttribute userData``) with
+``CORRAL_BOOTSTRAP_ROOT`` set to the disk and ``AWS_EC2_METADATA_SERVICE_ENDPOINT`` to the
+metadata service. Every agent setting reaches the agent only through that user data; the
+emulator writes no agent config. The agent signs its calls with the role's credentials and
+the local API's IAM authorizer checks them (``corral.local.iam_authorizer``).
+
+A terminated instance is a machine that vanished: its processes are killed outright and its
+disk deleted (``DeleteOnTermination``; its logs are kept in ``logs/<id>/``). Graceful stops
+only happen through interruption notices (``faults.interrupt``, served as
+``spot/instance-action`` by the metadata service), as on EC2. A stopped instance (the warm
+pool) is a machine powered off: its processes are killed the same way, its disk stays, and
+when the instance runs again it boots again from its user data ``boot_delay_s`` later. The
+emulator also plays EC2's part in EventBridge: terminations it sees (and those it performs
+when a notice window ends) are published as "EC2 Instance State-change Notification" events.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
-import subprocess
-import sys
+import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import yaml
-
-from corral.api.auth import mint_agent_token
 from corral.domain.catalog import gpus_for
-from corral.domain.ownership import POOL_TAG, RECORD_TAG
 from corral.local import faults
+from corral.local.credentials import CredentialStore
+from corral.local.imds import InstanceFacts, MetadataService
 from corral.local.loops import run_until_stopped
-from corral.local.proctree import stop_tree
+from corral.local.machine import AGENT_LOG, Boot, boot_env, delete_disk, install_image, start_boot
 from corral.local.state import StateDir
 
 log = logging.getLogger(__name__)
@@ -42,54 +50,25 @@ _POWERED_OFF = ("stopping", "stopped")
 
 @dataclass(frozen=True)
 class EmulatorSettings:
-    api_url: str
-    agent_secret: bytes
     ownership: tuple[tuple[str, str], ...]  # (tag key, tag value) of every pool
+    agent_home: Path  # the agent install the image puts at /opt/corral-agent
+    credentials: CredentialStore  # the role credentials the metadata services hand out
     boot_delay_s: float = 2.0
     poll_s: float = 1.0
-    # Merged into every agent's config (the dev stack shortens the agent's timers here).
-    agent_settings: dict[str, Any] = field(default_factory=dict)
-    # The agents' environment: the developer's, never the stack's secrets or AWS settings
+    # The machines' environment: the developer's, never the stack's secrets or AWS settings
     # (trials inherit it from the process executor).
     agent_env: dict[str, str] | None = None
 
 
-def agent_config(
-    instance: dict[str, Any], settings: EmulatorSettings, state: StateDir
-) -> dict[str, Any]:
-    tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
-    instance_id = instance["InstanceId"]
-    gpus = gpus_for("aws", instance["InstanceType"]) or 0
-    spot = instance.get("InstanceLifecycle") == "spot"
-    base = state.agent_dir(instance_id)
-    return {
-        "api_url": settings.api_url,
-        "auth": "dev",
-        "cloud": "dev",
-        "dev_token": mint_agent_token(settings.agent_secret, instance_id),
-        "dev_instance_id": instance_id,
-        "dev_instance_type": instance["InstanceType"],
-        "dev_zone": (instance.get("Placement") or {}).get("AvailabilityZone", "local"),
-        "dev_capacity_type": "spot" if spot else "on-demand",
-        "dev_notice_file": str(state.notice_file(instance_id)),
-        "pool": tags.get(POOL_TAG, "default"),
-        "record_id": tags.get(RECORD_TAG),
-        "fake_gpus": gpus,
-        "expected_gpus": gpus,
-        "work_dir": str(base / "work"),
-        "executor": "process",
-        # The agent's dead man's switch "shuts the machine down": here, the agent itself
-        # (its parent is the shell the switch runs), never the developer's computer.
-        "shutdown_command": ["sh", "-c", "kill -TERM $PPID"],
-        **settings.agent_settings,
-    }
-
-
-@dataclass
-class _Agent:
-    instance_id: str
-    proc: subprocess.Popen[bytes]
-    started_at: float
+def forget_previous_machines(state: StateDir) -> list[str]:
+    """A new stack's moto has none of the previous run's instances: their disks go as a
+    terminated instance's do (logs kept in ``logs/<id>/``). Returns their ids."""
+    gone = []
+    for directory in sorted((state.root / "agents").glob("i-*")):
+        delete_disk(directory / "root", state.logs / directory.name)
+        shutil.rmtree(directory, ignore_errors=True)
+        gone.append(directory.name)
+    return gone
 
 
 class InstanceEmulator:
@@ -99,11 +78,14 @@ class InstanceEmulator:
         self._state = state
         self._session = session
         self._ec2 = session.client("ec2")
+        self._iam = session.client("iam")
+        self._region = session.region_name or "us-east-1"
         self._settings = settings
         self._stop = stop
         self._first_running: dict[str, float] = {}
         self._known_state: dict[str, str] = {}
-        self.agents: dict[str, _Agent] = {}
+        self._metadata: dict[str, MetadataService] = {}
+        self.agents: dict[str, Boot] = {}  # instance id -> its running machine
         self.exited: dict[str, int] = {}  # instance id -> exit code of an agent that quit
         self.launched: set[str] = set()
         self.terminated: set[str] = set()
@@ -117,6 +99,9 @@ class InstanceEmulator:
         run_until_stopped(
             self._stop, self.tick, log, "instance emulator tick", every_s=poll_s, retry_s=poll_s
         )
+
+    def disk(self, instance_id: str) -> Path:
+        return self._state.agent_dir(instance_id) / "root"
 
     # ---- one pass ---------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
@@ -138,11 +123,14 @@ class InstanceEmulator:
                 continue  # the agent quit on its own (refused, unhealthy): as systemd does
             first = self._first_running.setdefault(instance_id, now)
             if now - first >= self._settings.boot_delay_s:
-                self._start_agent(instance)
+                self._boot(instance)
         for instance_id in list(self.agents):
             name = instances.get(instance_id, {}).get("State", {}).get("Name", "terminated")
             if name not in _LIVE:
-                self._kill_agent(instance_id, f"instance {name}")
+                self._kill(instance_id, f"instance {name}")
+        for instance_id, instance in instances.items():
+            if instance["State"]["Name"] in ("shutting-down", "terminated"):
+                self._discard(instance_id)
         self._reap_exited()
 
     def _terminate(self, instance_id: str, instance: dict[str, Any] | None) -> bool:
@@ -188,69 +176,123 @@ class InstanceEmulator:
             log.warning("could not publish the state change of %s: %s", instance_id, exc)
 
     def _power_off(self, instance_id: str, name: str) -> None:
-        """A stopped machine: its agent dies with it, and the next start is a fresh boot (the
-        boot delay again; an agent that had quit on its own boots again too)."""
-        self._kill_agent(instance_id, f"instance {name}")
+        """A stopped machine: its processes die, its disk stays, and the next start is a
+        fresh boot (the boot delay again; an agent that had quit on its own boots again)."""
+        self._kill(instance_id, f"instance {name}")
         self._first_running.pop(instance_id, None)
         self.exited.pop(instance_id, None)
 
-    # ---- agents -----------------------------------------------------------------------
-    def _start_agent(self, instance: dict[str, Any]) -> None:
+    def _discard(self, instance_id: str) -> None:
+        """A terminated machine: its metadata service, credentials and disk go."""
+        service = self._metadata.pop(instance_id, None)
+        if service is not None:
+            service.stop()
+        self._settings.credentials.revoke_instance(instance_id)
+        root = self.disk(instance_id)
+        if root.exists():
+            delete_disk(root, self._state.logs / instance_id)
+            log.info("instance %s terminated: its disk is deleted", instance_id)
+        # The rest is the emulator's own (notice and rebalance files): gone with it.
+        shutil.rmtree(self._state.agent_dir(instance_id), ignore_errors=True)
+
+    # ---- machines ---------------------------------------------------------------------
+    def _boot(self, instance: dict[str, Any]) -> None:
         instance_id = instance["InstanceId"]
-        config = agent_config(instance, self._settings, self._state)
-        directory = self._state.agent_dir(instance_id)
-        directory.mkdir(parents=True, exist_ok=True)
-        config_file = directory / "agent.yaml"
-        config_file.write_text(yaml.safe_dump(config, sort_keys=True))
-        config_file.chmod(0o600)  # it holds the agent's token
-        log_path = self._state.logs / f"agent-{instance_id}.log"
-        with log_path.open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "agent_runtime.main", "--config", str(config_file)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=directory,
-                env=self._settings.agent_env,
-                start_new_session=True,  # Ctrl-C goes to the stack, which stops agents itself
-            )
-        self._state.add_child(proc.pid)
-        self.agents[instance_id] = _Agent(instance_id, proc, time.monotonic())
+        root = self.disk(instance_id)
+        root.mkdir(parents=True, exist_ok=True)
+        gpus = gpus_for("aws", instance["InstanceType"]) or 0
+        install_image(root, self._settings.agent_home, gpus)
+        service = self._metadata.get(instance_id)
+        if service is None:
+            service = MetadataService(self._facts(instance), self._settings.credentials)
+            service.start()
+            self._metadata[instance_id] = service
+        env = boot_env(dict(self._settings.agent_env or {}), root, service.url)
+        console = self._state.logs / f"agent-{instance_id}.log"
+        boot = start_boot(instance_id, root, self._user_data(instance_id), env, console)
+        self._state.add_child(boot.proc.pid)
+        self.agents[instance_id] = boot
         log.info(
-            "instance %s booted: agent pid %d (%s GPUs), log %s",
+            "instance %s booted from its user data (%d GPUs, metadata %s): boot log %s, "
+            "agent log %s",
             instance_id,
-            proc.pid,
-            config["fake_gpus"],
-            log_path,
+            gpus,
+            service.url,
+            console,
+            root / AGENT_LOG,
         )
 
-    def _kill_agent(self, instance_id: str, why: str) -> None:
-        agent = self.agents.pop(instance_id, None)
-        if agent is None:
+    def _user_data(self, instance_id: str) -> bytes:
+        reply = self._ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        value = (reply.get("UserData") or {}).get("Value") or ""
+        return base64.b64decode(value) if value else b""
+
+    def _facts(self, instance: dict[str, Any]) -> InstanceFacts:
+        instance_id = instance["InstanceId"]
+        tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+        options = instance.get("MetadataOptions") or {}
+        launched = instance.get("LaunchTime")
+        return InstanceFacts(
+            instance_id=instance_id,
+            instance_type=instance["InstanceType"],
+            zone=(instance.get("Placement") or {}).get("AvailabilityZone", f"{self._region}a"),
+            region=self._region,
+            account=self._settings.credentials.account,
+            image_id=instance.get("ImageId", ""),
+            spot=instance.get("InstanceLifecycle") == "spot",
+            private_ip="127.0.0.1",  # every machine is this computer: gangs meet on loopback
+            launched_at=launched.strftime("%Y-%m-%dT%H:%M:%SZ") if launched else "",
+            role=self._role_of(instance),
+            tags=tags if options.get("InstanceMetadataTags") == "enabled" else None,
+            notice_file=self._state.notice_file(instance_id),
+            rebalance_file=self._state.rebalance_file(instance_id),
+        )
+
+    def _role_of(self, instance: dict[str, Any]) -> str | None:
+        """The role of the instance's profile: none, no credentials (as on EC2)."""
+        arn = (instance.get("IamInstanceProfile") or {}).get("Arn")
+        if not arn:
+            return None
+        try:
+            profile = self._iam.get_instance_profile(InstanceProfileName=arn.rsplit("/", 1)[1])
+        except Exception as exc:
+            log.warning("%s: unknown profile %s: %s", instance["InstanceId"], arn, exc)
+            return None
+        roles = profile["InstanceProfile"].get("Roles") or []
+        return str(roles[0]["RoleName"]) if roles else None
+
+    def _kill(self, instance_id: str, why: str) -> None:
+        boot = self.agents.pop(instance_id, None)
+        if boot is None:
             return
-        log.info("%s: stopping agent pid %d and its trials", why, agent.proc.pid)
-        stop_tree(agent.proc.pid, graceful=False)
-        agent.proc.wait(timeout=10)
-        self._state.remove_child(agent.proc.pid)
+        log.info("%s: powering off (boot pid %d, its agent and trials)", why, boot.proc.pid)
+        boot.kill()
+        self._state.remove_child(boot.proc.pid)
 
     def _reap_exited(self) -> None:
-        for instance_id, agent in list(self.agents.items()):
-            code = agent.proc.poll()
-            if code is None:
+        for instance_id, boot in list(self.agents.items()):
+            if boot.running():
                 continue
-            log.warning("agent on %s exited with %d; see its log", instance_id, code)
-            stop_tree(agent.proc.pid, graceful=False)  # trials it left behind
+            code = boot.exit_code
+            if code is None:  # the boot itself failed, or the agent's code went elsewhere
+                code = -1 if boot.agent_pid() is not None else (boot.proc.returncode or 0)
+            log.warning(
+                "nothing runs on %s any more (exit code %d); see %s",
+                instance_id,
+                code,
+                self._state.logs / f"agent-{instance_id}.log",
+            )
+            boot.kill()  # trials it left behind
             self.exited[instance_id] = code
             del self.agents[instance_id]
-            self._state.remove_child(agent.proc.pid)
+            self._state.remove_child(boot.proc.pid)
 
     def stop_all(self, grace_s: float = 3.0) -> None:
         """Stack shutdown: give agents a moment to report (SIGTERM), then kill every tree."""
-        for agent in list(self.agents.values()):
-            stop_tree(agent.proc.pid, grace_s=grace_s)
-            try:
-                agent.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                log.warning("agent pid %d did not exit", agent.proc.pid)
-            self._state.remove_child(agent.proc.pid)
+        for boot in list(self.agents.values()):
+            boot.kill(grace_s=grace_s)
+            self._state.remove_child(boot.proc.pid)
         self.agents.clear()
+        for service in self._metadata.values():
+            service.stop()
+        self._metadata.clear()

@@ -30,6 +30,22 @@ def _parents() -> dict[int, int]:
     return out
 
 
+def session_members(sid: int) -> list[int]:
+    """The live (not zombie) processes of session ``sid``: what an emulated machine's boot
+    started, even after its shell exited and they were re-parented."""
+    found: list[int] = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # After "(comm)": state ppid pgrp session ...
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 3 and fields[0] != "Z" and int(fields[3]) == sid:
+            found.append(int(entry.name))
+    return found
+
+
 def descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid``, children before grandchildren."""
     parents = _parents()

@@ -1,18 +1,20 @@
 """``DevStack``: Corral on one machine, driven as AWS drives it.
 
 One process holds the moto server (a child), the tables/queues/rules from the template, the
-real handlers behind an HTTP shim, the queue pollers and timers (threads) and the instance
-emulator, whose agents are child processes. The stack makes itself a child subreaper, so a
-trial orphaned by a dying agent is re-parented to it and still stopped on shutdown: ``stop``
-leaves no process behind.
+real handlers behind an HTTP shim (and API Gateway's IAM authorizer in front of them), the
+queue pollers and timers (threads) and the instance emulator, whose machines boot from their
+user data in process sessions of their own, running the agent installed from this
+checkout's wheel (``agent_venv``). The stack makes itself a child subreaper, so an agent the
+boot's shell left behind, or a trial orphaned by a dying agent, is re-parented to it and
+still stopped on shutdown: ``stop`` leaves no process behind.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
-import secrets
 import signal
 import sys
 import threading
@@ -21,10 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from corral.domain.config import LoadedConfig, cluster_config_from_mapping, parse_yaml
-from corral.local import moto_server, users
+from corral.local import agent_venv, moto_server, users
+from corral.local.credentials import CredentialStore
 from corral.local.faults import install_capacity_faults, install_handler_capacity_faults
 from corral.local.http_shim import HttpShim
-from corral.local.instance_emulator import EmulatorSettings, InstanceEmulator
+from corral.local.iam_authorizer import IamAuthorizer
+from corral.local.instance_emulator import (
+    EmulatorSettings,
+    InstanceEmulator,
+    forget_previous_machines,
+)
 from corral.local.lambda_host import FunctionHost, FunctionOutput
 from corral.local.pollers import QueuePoller
 from corral.local.proctree import descendants, stop_tree
@@ -64,9 +72,15 @@ class StackOptions:
     verbose: bool = False
 
 
-# The agent's timers, shortened for a laptop: notices are polled every second, a stopped
-# trial gets a few seconds to checkpoint, and a lost stack is noticed within a minute.
+# The local deployment's agent settings (CORRAL_AGENT_SETTINGS, which scale_up writes into
+# every launch's user data, as a real deployment's would). The agent's timers, shortened for
+# a laptop: notices are polled every second, a stopped trial gets a few seconds to
+# checkpoint, and a lost stack is noticed within a minute. Trials are processes (no Docker),
+# and the dead man's switch "shuts the machine down": here, the agent itself (its parent is
+# the shell the switch runs), never the developer's computer.
 DEV_AGENT_SETTINGS: dict[str, Any] = {
+    "executor": "process",
+    "shutdown_command": ["sh", "-c", "kill -TERM $PPID"],
     "interruption_poll_s": 1.0,
     "interruption_margin_s": 2.0,
     "stop_grace_s": 5.0,
@@ -76,6 +90,63 @@ DEV_AGENT_SETTINGS: dict[str, Any] = {
     "agent_reconnect_backoff": 1.0,
     "dead_man_switch_s": 60.0,
 }
+
+
+_NOT_ON_A_MACHINE = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+
+
+class _AgentInstall:
+    """The agent venv (``agent_venv``) built in a thread, joined before the first boot."""
+
+    def __init__(self, state: StateDir) -> None:
+        self._state = state
+        self._home: Path | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._build, name="agent-venv", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _build(self) -> None:
+        try:
+            root = agent_venv.project_root()
+            if root is None:
+                log.info("no checkout to build the agent from: machines run this interpreter's")
+                self._home = agent_venv.developer_agent(self._state.root / "image" / "agent")
+            else:
+                self._home = agent_venv.agent_install(root)
+        except BaseException as error:  # re-raised in the starting thread
+            self._error = error
+
+    def result(self) -> Path:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._home is not None
+        return self._home
+
+
+AGENT_ROLE = "corral-local-agent"
+_EC2_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "ec2.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ],
+}
+
+
+def _create_agent_role(session: Any) -> str:
+    """The agent role and its instance profile in moto (the template's AgentRole and
+    AgentInstanceProfile); returns the profile's ARN."""
+    iam = session.client("iam")
+    iam.create_role(RoleName=AGENT_ROLE, AssumeRolePolicyDocument=json.dumps(_EC2_TRUST))
+    profile = iam.create_instance_profile(InstanceProfileName=AGENT_ROLE)["InstanceProfile"]
+    iam.add_role_to_instance_profile(InstanceProfileName=AGENT_ROLE, RoleName=AGENT_ROLE)
+    return str(profile["Arn"])
 
 
 def _become_subreaper() -> None:
@@ -103,9 +174,13 @@ class DevStack:
         self._stopped = False
         self._saved_stdout: Any = None
         self._function_log: Any = None
-        # Taken before the stack adds moto's endpoint, fake credentials and its secrets.
+        # The machines' environment: taken before the stack adds moto's endpoint, fake
+        # credentials and its secrets, and without the developer's Python settings (the
+        # agent is the one installed in its own venv, as on the image).
         self._agent_env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CORRAL_"))
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AWS_", "CORRAL_")) and k not in _NOT_ON_A_MACHINE
         }
         self._agent_env[WORKSPACE_ENV] = str(Path.cwd())
 
@@ -118,6 +193,7 @@ class DevStack:
         loaded = read_cluster_config(config_text)  # a bad config fails here, before moto
         self.state.prepare()
         self.state.clear_runtime_files()
+        forget_previous_machines(self.state)
         if self._saved_stdout is not None:
             sys.stdout = self._saved_stdout
             self._function_log.close()
@@ -131,6 +207,10 @@ class DevStack:
 
     def _start(self, config_text: str, config: Any) -> None:
         import boto3  # type: ignore[import-untyped]
+
+        # The agent install is built (or found in its cache) while the rest starts.
+        install = _AgentInstall(self.state)
+        install.start()
 
         self.moto = moto_server.MotoServer(self.state.logs / "moto.log")
         self.moto.start(images=moto_server.pool_images(config))
@@ -161,8 +241,9 @@ class DevStack:
         # The default user's token is new on every start; users added with `corral dev user
         # add` keep theirs (local/users.py).
         self.user_token = users.start_default_user(self.state)
-        agent_secret = secrets.token_hex(32)
-        self._set_function_env(config_text, config, agent_secret)
+        credentials = CredentialStore(moto_server.FAKE_ACCOUNT)
+        profile_arn = _create_agent_role(session)
+        self._set_function_env(config_text, config, profile_arn)
 
         # Function output (JSON logs, EMF metrics) goes to logs/functions.log, not the terminal.
         self._function_log = (self.state.logs / "functions.log").open("a", buffering=1)
@@ -170,14 +251,14 @@ class DevStack:
         sys.stdout = FunctionOutput(sys.stdout, self._function_log)
         host = FunctionHost(region)
         http_fn = self.resources.http
+        authorizer = IamAuthorizer(credentials)
         self.http = HttpShim(
-            lambda event: host.invoke(http_fn, event),
+            authorizer.wrap(lambda event: host.invoke(http_fn, event)),
             self.options.api_port,
             route_key=self.resources.http_route,
         )
         self.api_url = self.http.url
-        # Written into each launch's user data (the emulator starts agents with their own
-        # config, but the bootstrap rendered by scale_up should name the real endpoint).
+        # Written into each launch's user data: where the agents reach the API.
         os.environ["CORRAL_API_URL"] = self.api_url
         self.http.start()
         sqs = session.client("sqs")
@@ -200,11 +281,10 @@ class DevStack:
             dict.fromkeys((p.ownership.key, p.ownership.value) for p in config.resource_pools)
         )
         settings = EmulatorSettings(
-            api_url=self.api_url,
-            agent_secret=agent_secret.encode(),
             ownership=ownership,
+            agent_home=install.result(),
+            credentials=credentials,
             boot_delay_s=self.options.boot_delay_s,
-            agent_settings={**DEV_AGENT_SETTINGS, **self.options.agent_settings},
             agent_env=self._agent_env,
         )
         self.emulator = InstanceEmulator(self.state, session, settings, self.stop_event)
@@ -213,7 +293,7 @@ class DevStack:
         self.state.write(self.state.aws_endpoint_file, self.aws_endpoint + "\n")
         self.state.write(self.state.endpoint_file, self.api_url + "\n")
 
-    def _set_function_env(self, config_text: str, config: Any, agent_secret: str) -> None:
+    def _set_function_env(self, config_text: str, config: Any, profile_arn: str) -> None:
         assert self.resources is not None
         env = self.resources.environment()
         env.update(
@@ -225,7 +305,13 @@ class DevStack:
                 # The stack's default user administers it (kills anyone's work, resets
                 # breakers), whatever the config's `admins` says; users added later do not.
                 "CORRAL_ADMINS": users.DEFAULT_USER,
-                "CORRAL_AGENT_TOKEN_SECRET": agent_secret,
+                # Agents sign with SigV4 as on AWS: the role EC2 names their sessions under.
+                "CORRAL_AGENT_ROLE_NAME": AGENT_ROLE,
+                "CORRAL_ACCOUNT_ID": moto_server.FAKE_ACCOUNT,
+                "CORRAL_AGENT_INSTANCE_PROFILE_ARN": profile_arn,
+                "CORRAL_AGENT_SETTINGS": json.dumps(
+                    {**DEV_AGENT_SETTINGS, **self.options.agent_settings}
+                ),
                 "POWERTOOLS_LOG_LEVEL": "DEBUG" if self.options.verbose else "INFO",
             }
         )
@@ -235,11 +321,6 @@ class DevStack:
         for name in ("CORRAL_TAG_KEY", "CORRAL_TAG_VALUE"):
             env.pop(name, None)
             os.environ.pop(name, None)
-        # The template's agent instance profile resolves to a placeholder here, and moto refuses
-        # a launch naming a profile IAM does not have: the local pools name none (their
-        # agents authenticate with dev tokens), so they are warned about instead of filled.
-        env.pop("CORRAL_AGENT_INSTANCE_PROFILE_ARN", None)
-        os.environ.pop("CORRAL_AGENT_INSTANCE_PROFILE_ARN", None)
         # Users come from the users file only, never from the caller's environment.
         for name in ("CORRAL_USER_TOKEN", "CORRAL_USER_NAME"):
             os.environ.pop(name, None)

@@ -86,6 +86,9 @@ class StateDir:
     def notice_file(self, instance_id: str) -> Path:
         return self.agent_dir(instance_id) / "notice"
 
+    def rebalance_file(self, instance_id: str) -> Path:
+        return self.agent_dir(instance_id) / "rebalance"
+
     # ---- small files -------------------------------------------------------------------
     def prepare(self) -> None:
         for path in (self.root, self.logs, self.root / "agents"):

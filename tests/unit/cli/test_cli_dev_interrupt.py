@@ -183,3 +183,19 @@ def test_an_on_demand_instance_is_refused(stack: Stack) -> None:
         )
     assert not stack.state.read_faults().get("terminate_at")
     assert not stack.state.notice_file(stack.on_demand_id).exists()
+
+
+def test_a_rebalance_recommendation_reaches_the_metadata_and_terminates_nothing(
+    stack: Stack,
+) -> None:
+    result = CliRunner().invoke(app, ["dev", "rebalance", "inst-0001"])
+    assert result.exit_code == 0, result.output
+    assert f"rebalance recommendation sent to inst-0001 ({stack.instance_id})" in result.output
+    assert stack.state.rebalance_file(stack.instance_id).exists()  # what the IMDS serves
+    assert not stack.state.read_faults().get("terminate_at")
+    assert not stack.state.notice_file(stack.instance_id).exists()
+
+    refused = CliRunner().invoke(app, ["dev", "rebalance", stack.on_demand_id])
+    assert refused.exit_code != 0
+    assert "only spot instances get rebalance recommendations" in refused.output
+    assert not stack.state.rebalance_file(stack.on_demand_id).exists()

@@ -19,6 +19,7 @@ EC2 still creates a (one-time) spot request behind the instance, which is why
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from corral.bootstrap.render import (
@@ -179,9 +180,13 @@ def spot_options(provider: AwsProvider, stoppable: bool) -> dict[str, Any]:
 
 
 def bootstrap_settings(
-    provider: AwsProvider, request: LaunchRequest, default_api_url: str | None = None
+    provider: AwsProvider,
+    request: LaunchRequest,
+    default_api_url: str | None = None,
+    deployment_settings: Mapping[str, object] | None = None,
 ) -> BootstrapSettings:
-    """What the agent on this instance needs, from the pool's block and the launch."""
+    """What the agent on this instance needs, from the pool's block and the launch, with the
+    deployment's agent settings (``CORRAL_AGENT_SETTINGS``) over them."""
     return settings_for(
         provider,
         pool=request.pool,
@@ -191,18 +196,22 @@ def bootstrap_settings(
         default_api_url=default_api_url,
         aws_region=provider.region,
         cloudwatch_log_group=provider.log_group,
-        agent_settings=(
-            {"cloudwatch_log_stream": provider.log_stream} if provider.log_stream else {}
-        ),
+        agent_settings={
+            **(deployment_settings or {}),
+            **({"cloudwatch_log_stream": provider.log_stream} if provider.log_stream else {}),
+        },
     )
 
 
 def render_user_data(
-    provider: AwsProvider, request: LaunchRequest, default_api_url: str | None = None
+    provider: AwsProvider,
+    request: LaunchRequest,
+    default_api_url: str | None = None,
+    deployment_settings: Mapping[str, object] | None = None,
 ) -> str:
     """The bootstrap script of one launch; a script that cannot be made fails the record."""
     return launch_script(
-        lambda: bootstrap_settings(provider, request, default_api_url),
+        lambda: bootstrap_settings(provider, request, default_api_url, deployment_settings),
         USER_DATA_LIMIT,
         "UserDataTooLarge",
     )

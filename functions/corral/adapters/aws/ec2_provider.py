@@ -137,10 +137,15 @@ class Ec2Provider:
         clock: Clock | None = None,
         user_data: UserDataRenderer | None = None,
         api_url: str | None = None,
+        agent_settings: Mapping[str, object] | None = None,
     ) -> None:
         self._pools = cloud_pools(config, AwsProvider)
         # Where agents of pools without a master_url reach the control plane (the API).
         self._api_url = api_url
+        # The deployment's agent settings, for every launch's user data (a pool that names no
+        # instance profile got the deployment's when its config was loaded:
+        # domain/config/agent_identity.py).
+        self._agent_settings = dict(agent_settings or {})
         # One listing per (region, tag pair) covers every pool sharing it.
         self._scopes = sorted({(p.region, p.tag_key, p.tag_value) for p in self._pools.values()})
         self._client = client
@@ -440,7 +445,9 @@ class Ec2Provider:
         )
 
     def _default_user_data(self, request: LaunchRequest) -> str:
-        return render_user_data(self._pools[request.pool], request, self._api_url)
+        return render_user_data(
+            self._pools[request.pool], request, self._api_url, self._agent_settings
+        )
 
 
 __all__ = ["EC2_STATES", "Ec2Provider", "UserDataRenderer"]

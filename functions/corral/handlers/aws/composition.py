@@ -38,6 +38,7 @@ Environment (set by ``infra/template.yaml``):
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -56,6 +57,8 @@ TAG_KEY_ENV = "CORRAL_TAG_KEY"
 TAG_VALUE_ENV = "CORRAL_TAG_VALUE"
 ADMINS_ENV = "CORRAL_ADMINS"
 TRIAL_ROLE_ENV = "CORRAL_TRIAL_ROLE_ARN"
+# The deployment's agent settings (a JSON object merged into every launch's agent config).
+AGENT_SETTINGS_ENV = "CORRAL_AGENT_SETTINGS"
 QUEUE_URL_ENV: Mapping[QueueName, str] = {
     QueueName.SCHEDULE: "CORRAL_SCHEDULE_QUEUE_URL",
     QueueName.SCALE_UP: "CORRAL_SCALE_UP_QUEUE_URL",
@@ -107,7 +110,11 @@ def context_from_env(
     return Context(
         store=DynamoStore(clients.get("dynamodb"), prefix=env.get(TABLE_PREFIX_ENV)),
         cloud=Ec2Provider(
-            config, client=clients.get("ec2"), clock=clock, api_url=env.get("CORRAL_API_URL")
+            config,
+            client=clients.get("ec2"),
+            clock=clock,
+            api_url=env.get("CORRAL_API_URL"),
+            agent_settings=agent_settings(env),
         ),
         queue=SqsQueue(queue_urls, client=clients.get("sqs")),
         clock=clock,
@@ -116,6 +123,20 @@ def context_from_env(
         admins=admins_with(config.admins, env.get(ADMINS_ENV, "")),
         trial_role_arn=env.get(TRIAL_ROLE_ENV) or None,
     )
+
+
+def agent_settings(env: Mapping[str, str]) -> dict[str, object]:
+    """``CORRAL_AGENT_SETTINGS``: a JSON object, or a CompositionError naming it."""
+    text = env.get(AGENT_SETTINGS_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise CompositionError(f"{AGENT_SETTINGS_ENV}: not JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise CompositionError(f"{AGENT_SETTINGS_ENV}: must be a JSON object of agent settings")
+    return value
 
 
 def cluster_config(env: Mapping[str, str], read_parameter: ParameterReader) -> ClusterConfig:
