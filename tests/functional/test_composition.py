@@ -124,7 +124,7 @@ def test_the_deployments_agent_settings_and_profile_reach_every_launch(moto: Non
         composition.CONFIG_ENV: YAML.replace("ami-12345678", image),
         "CORRAL_API_URL": "https://api.example.com",
         composition.AGENT_SETTINGS_ENV: json.dumps({"executor": "process", "tick_s": 0.5}),
-        composition.AGENT_PROFILE_ENV: profile,
+        "CORRAL_AGENT_INSTANCE_PROFILE_ARN": profile,  # filled into the pool at config load
     }
     ctx = composition.context_from_env(env)
     offering = Offering("g5.xlarge", "us-east-1", CapacityType.ON_DEMAND, 1, 1.0)
