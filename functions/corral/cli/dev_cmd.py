@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -377,6 +377,20 @@ def _cloud_id(ident: str, endpoint: str | None, state: StateDir) -> str:
     raise CliError(f"no instance record {ident} (`corral agent list --all` lists them)")
 
 
+def _spot_target(instance_id: str, endpoint: str | None) -> tuple[StateDir, Any, str, str]:
+    """The local stack's state, its AWS session, the EC2 id an ``inst-``/``i-`` id names, and
+    how to show it, for the commands that send an instance a cloud's notice."""
+    ident = instance_id.strip()
+    if endpoint is not None:
+        check_url(endpoint)  # a bad one is an error whichever id was given
+    state = _state()
+    session, aws = _session(state)
+    cloud_id = _cloud_id(ident, endpoint, state)
+    os.environ["AWS_ENDPOINT_URL"] = aws
+    shown = cloud_id if cloud_id == ident else f"{ident} ({cloud_id})"
+    return state, session, cloud_id, shown
+
+
 @app.command("interrupt")
 def interrupt(
     instance_id: Annotated[str, typer.Argument(metavar="INSTANCE_ID", help=INSTANCE_HELP)],
@@ -392,14 +406,7 @@ def interrupt(
     from corral.local import faults
 
     with render.guard():
-        ident = instance_id.strip()
-        if endpoint is not None:
-            check_url(endpoint)  # a bad one is an error whichever id was given
-        state = _state()
-        session, aws = _session(state)
-        cloud_id = _cloud_id(ident, endpoint, state)
-        os.environ["AWS_ENDPOINT_URL"] = aws
-        shown = cloud_id if cloud_id == ident else f"{ident} ({cloud_id})"
+        state, session, cloud_id, shown = _spot_target(instance_id, endpoint)
         try:
             at = faults.interrupt(state, session, cloud_id, notice)
         except faults.NotSpotError:
@@ -429,14 +436,7 @@ def rebalance(
     from corral.local import faults
 
     with render.guard():
-        ident = instance_id.strip()
-        if endpoint is not None:
-            check_url(endpoint)
-        state = _state()
-        session, aws = _session(state)
-        cloud_id = _cloud_id(ident, endpoint, state)
-        os.environ["AWS_ENDPOINT_URL"] = aws
-        shown = cloud_id if cloud_id == ident else f"{ident} ({cloud_id})"
+        state, session, cloud_id, shown = _spot_target(instance_id, endpoint)
         try:
             faults.rebalance(state, session, cloud_id)
         except faults.NotSpotError:

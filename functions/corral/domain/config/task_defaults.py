@@ -15,7 +15,7 @@ the agent's fallback for trials stored before it was set, ``registry_auth`` for 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_serializer
 
@@ -121,16 +121,6 @@ class RegistryAuth(BaseModel):
     def _clear(self, value: SecretStr | None) -> str | None:
         return value.get_secret_value() if value is not None else None
 
-    def docker_auth(self) -> dict[str, Any]:
-        """The ``auth_config`` the Docker SDK's pull takes, secret in the clear."""
-        out: dict[str, Any] = {
-            "username": self.username,
-            "password": self.password.get_secret_value() if self.password else None,
-            "serveraddress": self.serveraddress,
-            "email": self.email,
-        }
-        return {k: v for k, v in out.items() if v is not None}
-
 
 class TaskContainerDefaults(BaseModel):
     # FrozenModel's settings; not FrozenModel itself, which common.py (its home) imports this
@@ -186,7 +176,8 @@ class TaskContainerDefaults(BaseModel):
         if self.image is not None:
             out["default_trial_image"] = image_config(self.image)
         if self.registry_auth is not None:
-            out["registry_auth"] = self.registry_auth.docker_auth()
+            # The agent reads it as corral.protocol.agent.RegistryAuth (its docker_auth()).
+            out["registry_auth"] = self.registry_auth.model_dump(mode="json", exclude_none=True)
         return out
 
     def default_image(self, gpus: bool) -> str:
