@@ -38,6 +38,19 @@ def corral(
     )
 
 
+def moto_client(state_dir: Path, service: str) -> Any:
+    """A boto3 client on the stack's moto server (its endpoint from the state dir)."""
+    import boto3
+
+    return boto3.client(
+        service,
+        endpoint_url=StateDir(state_dir).aws_endpoint(),
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
 def corral_json(state_dir: Path, *args: str) -> Any:
     done = corral(state_dir, *args, "--json")
     assert done.returncode == 0, done.stderr

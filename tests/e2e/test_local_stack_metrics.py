@@ -1,6 +1,8 @@
-"""Trial metrics end to end in the local stack: ``examples/train.py`` reports through the
+"""Metrics end to end in the local stack: ``examples/train.py`` reports through the
 ``corral_trial`` helper the real agent puts on its PYTHONPATH (nothing installed for it),
-the agent ships the points with its heartbeats, and the CLI and API show the best trial."""
+the agent ships the points with its heartbeats, and the CLI and API show the best trial;
+and the agents put their (emulated) GPUs' metrics in moto's CloudWatch, signed with their
+instance role, in the namespace the deployment gives the pools."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.local_stack import ROOT, corral, corral_json, wait_for
+from corral.local.template import load_template, parameter_defaults
+from tests.e2e.local_stack import ROOT, corral, corral_json, moto_client, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -48,3 +51,21 @@ def test_train_py_reports_metrics_and_the_best_trial_shows(stack: Path, tmp_path
     assert page["best_value"] == best["value"]
     described = corral(stack, "experiment", "describe", experiment_id)
     assert f"validation_loss={best['value']:.4g} ({trial_id})" in described.stdout
+
+    # The agents put their GPUs' metrics in moto's CloudWatch, in the namespace the template
+    # lets them use (AgentMetricsNamespace), one series per instance Corral launched.
+    template = load_template(ROOT / "infra" / "template.yaml")
+    namespace = parameter_defaults(template)["AgentMetricsNamespace"]
+    reply = moto_client(stack, "ec2").describe_instances(
+        Filters=[{"Name": "tag:managed-by", "Values": ["corral-local"]}]
+    )
+    launched = {i["InstanceId"] for r in reply["Reservations"] for i in r["Instances"]}
+    cloudwatch = moto_client(stack, "cloudwatch")
+
+    def reporting() -> set[str] | None:
+        found = cloudwatch.list_metrics(Namespace=namespace, MetricName="GPUUtilization")
+        dims = [{d["Name"]: d["Value"] for d in m["Dimensions"]} for m in found["Metrics"]]
+        return {d["InstanceId"] for d in dims if d.get("Pool") == "default"} or None
+
+    instances = wait_for(f"GPU metrics in moto's CloudWatch ({namespace})", reporting, 30)
+    assert launched and instances <= launched

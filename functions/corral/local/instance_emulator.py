@@ -8,10 +8,12 @@ image on the instance's disk (``<state>/agents/<id>/root``; the agent install an
 ``nvidia-smi`` reporting the instance type's GPUs), starts the instance's metadata service
 (``corral.local.imds``: identity, role credentials, spot notices, tags), and runs the user
 data read back from EC2 (``DescribeInstanceAttribute userData``) with
-``CORRAL_BOOTSTRAP_ROOT`` set to the disk and ``AWS_EC2_METADATA_SERVICE_ENDPOINT`` to the
-metadata service. Every agent setting reaches the agent only through that user data; the
-emulator writes no agent config. The agent signs its calls with the role's credentials and
-the local API's IAM authorizer checks them (``corral.local.iam_authorizer``).
+``CORRAL_BOOTSTRAP_ROOT`` set to the disk, ``AWS_EC2_METADATA_SERVICE_ENDPOINT`` to the
+metadata service and ``AWS_ENDPOINT_URL`` to the stack's moto server (the machine's network:
+the agent's CloudWatch metrics go there). Every agent setting reaches the agent only through
+that user data; the emulator writes no agent config. The agent signs its calls with the
+role's credentials and the local API's IAM authorizer checks them
+(``corral.local.iam_authorizer``).
 
 A terminated instance is a machine that vanished: its processes are killed outright and its
 disk deleted (``DeleteOnTermination``; its logs are kept in ``logs/<id>/``). Graceful stops
@@ -58,6 +60,8 @@ class EmulatorSettings:
     # The machines' environment: the developer's, never the stack's secrets or AWS settings
     # (trials inherit it from the process executor).
     agent_env: dict[str, str] | None = None
+    # Where the machines reach AWS (the stack's moto server): their AWS_ENDPOINT_URL.
+    aws_endpoint: str | None = None
 
 
 def forget_previous_machines(state: StateDir) -> list[str]:
@@ -207,7 +211,9 @@ class InstanceEmulator:
             service = MetadataService(self._facts(instance), self._settings.credentials)
             service.start()
             self._metadata[instance_id] = service
-        env = boot_env(dict(self._settings.agent_env or {}), root, service.url)
+        env = boot_env(
+            dict(self._settings.agent_env or {}), root, service.url, self._settings.aws_endpoint
+        )
         console = self._state.logs / f"agent-{instance_id}.log"
         boot = start_boot(instance_id, root, self._user_data(instance_id), env, console)
         self._state.add_child(boot.proc.pid)

@@ -76,11 +76,13 @@ def install_image(root: Path, agent_home: Path, gpus: int) -> None:
     (root / "root").mkdir(exist_ok=True)  # the boot's HOME: never the developer's ~/.aws
 
 
-def boot_env(base: dict[str, str], root: Path, metadata_url: str) -> dict[str, str]:
+def boot_env(
+    base: dict[str, str], root: Path, metadata_url: str, aws_endpoint: str | None = None
+) -> dict[str, str]:
     """The boot's environment: the developer's (minus secrets, see stack.py), on this disk."""
     bins = [str(root / "usr/local/bin"), str(root / "usr/bin"), base.get("PATH", "")]
     path = os.pathsep.join(bins)
-    return {
+    env = {
         **base,
         "PATH": path,
         "HOME": str(root / "root"),
@@ -89,6 +91,14 @@ def boot_env(base: dict[str, str], root: Path, metadata_url: str) -> dict[str, s
         # credentials come from it (agent_runtime.config.EC2_METADATA_ENV).
         "AWS_EC2_METADATA_SERVICE_ENDPOINT": metadata_url,
     }
+    if aws_endpoint:
+        # The machine's network: where an instance reaches the regional AWS endpoints, this
+        # one reaches the stack's moto server (botocore honours the variable for every
+        # service), so the agent's CloudWatch metrics land there, signed with the role's
+        # credentials from the metadata service. The network, not the agent's config: the
+        # user data is the one a real launch gets.
+        env["AWS_ENDPOINT_URL"] = aws_endpoint
+    return env
 
 
 @dataclass

@@ -89,6 +89,8 @@ DEV_AGENT_SETTINGS: dict[str, Any] = {
     "agent_reconnect_attempts": 3,
     "agent_reconnect_backoff": 1.0,
     "dead_man_switch_s": 60.0,
+    # GPU metrics reach moto's CloudWatch every 10 s rather than every minute.
+    "cloudwatch_metrics_interval_s": 10.0,
 }
 
 
@@ -286,6 +288,7 @@ class DevStack:
             credentials=credentials,
             boot_delay_s=self.options.boot_delay_s,
             agent_env=self._agent_env,
+            aws_endpoint=self.aws_endpoint,
         )
         self.emulator = InstanceEmulator(self.state, session, settings, self.stop_event)
         self.emulator.start()

@@ -36,6 +36,7 @@ from corral.local.state import StateDir, pid_alive
 from tests.moto_env import ACCOUNT, REGION, use_moto_env
 
 OWNERSHIP = ("managed-by", "corral-dev")
+MOTO_ENDPOINT = "http://127.0.0.1:5999"  # the stack's moto server, as the machines reach AWS
 BOOT_DELAY_S = 5.0
 FAKE_AGENT = """#!/bin/sh
 cd "$CORRAL_AGENT_WORK_DIR"
@@ -63,6 +64,7 @@ def emulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[
         credentials=CredentialStore(ACCOUNT),
         boot_delay_s=BOOT_DELAY_S,
         agent_env={"PATH": "/usr/bin:/bin", "SECRET_OF_THE_DEVELOPER": "x"},
+        aws_endpoint=MOTO_ENDPOINT,
     )
     with moto.mock_aws():
         session = boto3.Session(region_name=REGION)
@@ -147,6 +149,8 @@ def test_the_agent_boots_from_the_user_data_on_the_instances_own_disk(
         if "=" in line
     )
     assert env["AWS_EC2_METADATA_SERVICE_ENDPOINT"].startswith("http://127.0.0.1:")
+    # ... its network, where AWS is the stack's moto server (the agent's CloudWatch metrics).
+    assert env["AWS_ENDPOINT_URL"] == MOTO_ENDPOINT
     assert env["HOME"] == str(disk / "root")
     gpus = detect_gpus(
         AgentConfig(api_url="x", auth="aws", nvidia_smi=str(disk / "usr/bin/nvidia-smi"))
