@@ -93,9 +93,12 @@ def guard() -> Iterator[None]:
         raise typer.Exit(EXIT_ERROR) from None
 
 
-def echo(text: str, *, err: bool = False, soft_wrap: bool = False) -> None:
+def echo(text: str, *, err: bool = False, soft_wrap: bool = True) -> None:
     """Print ``text`` as it is: no markup, no emoji codes (it holds ids, names, paths), and
-    control characters escaped but for the newlines and tabs of the message itself."""
+    control characters escaped but for the newlines and tabs of the message itself. Not
+    wrapped by Rich (80 columns when the output is not a terminal): a script reading
+    ``created experiment ID (NAME): N trial(s) in pool POOL`` got the pool on a line of its
+    own; a terminal wraps a long line itself."""
     out = err_console if err else console
     out.print(visible(text, keep="\n\t"), markup=False, emoji=False, soft_wrap=soft_wrap)
 
