@@ -167,6 +167,22 @@ class Cluster:
         self._next_timer = self.clock.now() + self.schedule_every_s
 
     # ---- driving ---------------------------------------------------------------------
+    def booted_instance_request(self, **fields: object) -> RegisterRequest:
+        """Submit one experiment, let its one instance boot, and the request its agent
+        would register with (``fields`` over a healthy default; no agent is started)."""
+        self.submit()
+        self.pump()
+        self.clock.advance(31)
+        (cloud,) = self.cloud.list_owned()
+        base: dict[str, object] = {
+            "cloud_id": cloud.cloud_id,
+            "identity": Identity(kind=IdentityKind.DEV, document="dev"),
+            "instance_type": cloud.instance_type,
+            "zone": cloud.location,
+            "gpus": [GpuInfo(index=0, uuid="GPU-0", name="fake", memory_mib=1024)],
+        }
+        return RegisterRequest.model_validate({**base, **fields})
+
     def submit(self, **config: object) -> Submitted:
         body = {"entrypoint": "python train.py", **config}
         return submit_experiment(self.ctx, ExperimentConfig.model_validate(body))

@@ -170,23 +170,14 @@ def test_an_agent_reporting_itself_unhealthy_is_terminated_at_once() -> None:
     import pytest
 
     from corral.domain.errors import Unhealthy
-    from corral.protocol.agent import Identity, IdentityKind, RegisterRequest
     from corral.services.agents import register
 
     cluster = Cluster(make_pool())
-    cluster.submit()
-    cluster.pump()
-    cluster.clock.advance(31)
-    (cloud,) = cluster.cloud.list_owned()
-    request = RegisterRequest(
-        cloud_id=cloud.cloud_id,
-        identity=Identity(kind=IdentityKind.DEV, document="dev"),
-        instance_type=cloud.instance_type,
-        zone=cloud.location,
-        unhealthy_reason="unhealthy: GPU detection failed: nvidia-smi not found",
+    request = cluster.booted_instance_request(
+        gpus=[], unhealthy_reason="unhealthy: GPU detection failed: nvidia-smi not found"
     )
     with pytest.raises(Unhealthy) as refused:
-        register(cluster.ctx, request, cloud.cloud_id)
+        register(cluster.ctx, request, request.cloud_id)
     assert "nvidia-smi not found" in str(refused.value)
     (record,) = cluster.instances()
     assert record.state is InstanceState.TERMINATED

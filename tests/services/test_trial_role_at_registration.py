@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from corral.protocol.agent import GpuInfo, Identity, IdentityKind, RegisterRequest
 from corral.services.agents import register
 
 from .harness import Cluster, make_pool
@@ -14,18 +13,8 @@ ROLE = "arn:aws:iam::123456789012:role/corral-TrialRole-ABC"
 
 
 def _register(cluster: Cluster) -> str | None:
-    cluster.submit()
-    cluster.pump()
-    cluster.clock.advance(31)
-    (cloud,) = cluster.cloud.list_owned()
-    request = RegisterRequest(
-        cloud_id=cloud.cloud_id,
-        identity=Identity(kind=IdentityKind.DEV, document="dev"),
-        instance_type=cloud.instance_type,
-        zone=cloud.location,
-        gpus=[GpuInfo(index=0, uuid="GPU-0", name="fake", memory_mib=1024)],
-    )
-    return register(cluster.ctx, request, cloud.cloud_id).trial_role_arn
+    request = cluster.booted_instance_request()
+    return register(cluster.ctx, request, request.cloud_id).trial_role_arn
 
 
 def test_the_register_reply_names_the_deployments_trial_role() -> None:
